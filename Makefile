@@ -1,0 +1,59 @@
+# mirrorwatch: every developer and CI entry point. `make test` needs nothing but Python 3.11+
+# and root (for apt) on Debian/Ubuntu: it builds .venv and installs promtool/amtool itself.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+SCENARIO ?= healthy
+EXPORTER_LISTEN ?= 127.0.0.1:9848
+
+.PHONY: setup tools install test lint typecheck pytest bench demo clean
+
+## setup: the virtual environment with the project and its test tools, plus promtool/amtool
+setup: install tools
+
+$(VENV)/.deps: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip "setuptools>=69" wheel
+	$(PIP) install -e '.[test]' --config-settings editable_mode=strict
+	touch $@
+
+# The strict editable install links each source file, so it is refreshed to pick up new modules.
+install: $(VENV)/.deps
+	$(PIP) install --no-deps -e . --config-settings editable_mode=strict
+
+## tools: Prometheus's promtool and Alertmanager's amtool from Debian, when missing
+tools:
+	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null \
+	    || ! command -v prometheus >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
+	  echo "installing Debian packages prometheus and prometheus-alertmanager"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends prometheus prometheus-alertmanager >/dev/null; \
+	fi
+
+## test: lint, type checks and every test (CI runs this)
+test: setup lint typecheck pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install
+	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer
+	$(VENV)/bin/mypy tests bench scripts
+
+pytest: install tools
+	$(VENV)/bin/pytest
+
+## bench: benchmarks; results land in bench/results/*.json
+bench: install
+	$(PY) bench/exporter_bench.py --out bench/results/exporter.json
+
+## demo: the exporter on a simulated dual-GPU host (SCENARIO=name picks the scenario)
+demo: install
+	$(VENV)/bin/mirrorwatch-exporter --simulate $(SCENARIO) --listen $(EXPORTER_LISTEN)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

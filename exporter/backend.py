@@ -1,0 +1,189 @@
+"""The GPU backend interface that the collectors read: NVML and the simulator both implement it.
+
+Every reading returns its value in base units (bytes, watts, joules, hertz, seconds, ratios
+0..1) or ``None`` when the GPU does not support it. ``None`` becomes an absent series, never 0.
+A GPU that is lost or unreadable answers ``None`` to everything and ``alive()`` is False.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+TemperatureThreshold = Literal["slowdown", "shutdown", "gpu_max", "memory_max"]
+Clock = Literal["graphics", "sm", "memory"]
+NvlinkErrorType = Literal["replay", "recovery", "crc_flit", "crc_data"]
+EccErrorType = Literal["corrected", "uncorrected"]
+P2pLink = Literal["nvlink", "pcie_switch", "pcie_host_bridge", "numa_node", "cross_numa"]
+
+TEMPERATURE_THRESHOLDS: tuple[TemperatureThreshold, ...] = (
+    "slowdown",
+    "shutdown",
+    "gpu_max",
+    "memory_max",
+)
+CLOCKS: tuple[Clock, ...] = ("graphics", "sm", "memory")
+NVLINK_ERROR_TYPES: tuple[NvlinkErrorType, ...] = ("replay", "recovery", "crc_flit", "crc_data")
+ECC_ERROR_TYPES: tuple[EccErrorType, ...] = ("corrected", "uncorrected")
+
+# NVML's clocks-event-reason bits, in the contract's label spelling.
+CLOCKS_EVENT_REASONS: tuple[tuple[str, int], ...] = (
+    ("gpu_idle", 0x1),
+    ("applications_clocks_setting", 0x2),
+    ("sw_power_cap", 0x4),
+    ("hw_slowdown", 0x8),
+    ("sync_boost", 0x10),
+    ("sw_thermal_slowdown", 0x20),
+    ("hw_thermal_slowdown", 0x40),
+    ("hw_power_brake_slowdown", 0x80),
+    ("display_clock_setting", 0x100),
+)
+# Violation-time policies (nvmlPerfPolicyType_t order), in the contract's label spelling.
+THROTTLE_REASONS: tuple[str, ...] = (
+    "power",
+    "thermal",
+    "sync_boost",
+    "board_limit",
+    "low_utilization",
+    "reliability",
+)
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """Whether the backend can read GPUs now, and why not when it cannot."""
+
+    up: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryBytes:
+    used: float
+    total: float
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """Current and maximum PCIe link; a field the GPU does not report is None."""
+
+    generation: int | None
+    generation_max: int | None
+    width: int | None
+    width_max: int | None
+
+
+@dataclass(frozen=True)
+class NvlinkCounters:
+    """One NVLink link: whether it is up, bytes moved, and errors by type."""
+
+    up: bool
+    transmit_bytes: float | None
+    receive_bytes: float | None
+    errors: Mapping[NvlinkErrorType, float]
+
+
+@dataclass(frozen=True)
+class PeerLink:
+    """How this GPU reaches another GPU of the host (static topology)."""
+
+    peer_index: int
+    link: P2pLink
+
+
+class GpuDevice(Protocol):
+    """One GPU. Identity is read once; every other method is a fresh reading."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def uuid(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def pci_bus_id(self) -> str:
+        """Canonical ``dddd:bb:dd.f`` lower-case form, as sysfs and TensorFlow print it."""
+        ...
+
+    def alive(self) -> bool:
+        """Probe the GPU; False when it is lost or answers with an unknown error."""
+        ...
+
+    def utilization_ratio(self) -> float | None: ...
+
+    def memory_utilization_ratio(self) -> float | None: ...
+
+    def memory_bytes(self) -> MemoryBytes | None: ...
+
+    def temperature_celsius(self) -> float | None: ...
+
+    def temperature_threshold_celsius(self, threshold: TemperatureThreshold) -> float | None: ...
+
+    def fan_speed_ratios(self) -> Sequence[float | None]:
+        """One entry per fan; an empty sequence when the board has no fans NVML controls."""
+        ...
+
+    def power_watts(self) -> float | None: ...
+
+    def power_limit_watts(self) -> float | None: ...
+
+    def energy_joules_total(self) -> float | None: ...
+
+    def clock_hertz(self, clock: Clock) -> float | None: ...
+
+    def clock_max_hertz(self, clock: Clock) -> float | None: ...
+
+    def clocks_event_reasons(self) -> Mapping[str, bool] | None:
+        """Active flag per supported reason (labels of CLOCKS_EVENT_REASONS)."""
+        ...
+
+    def throttle_seconds_total(self) -> Mapping[str, float]:
+        """Cumulative violation time per supported reason (labels of THROTTLE_REASONS)."""
+        ...
+
+    def pcie_link(self) -> PcieLink | None: ...
+
+    def pcie_bytes_total(self) -> tuple[float, float] | None:
+        """Cumulative (transmit, receive) bytes over PCIe."""
+        ...
+
+    def pcie_replays_total(self) -> float | None: ...
+
+    def nvlinks(self) -> Mapping[int, NvlinkCounters]:
+        """Every NVLink link the GPU has, by link number; empty when it has none."""
+        ...
+
+    def ecc_errors_total(self) -> Mapping[EccErrorType, float] | None:
+        """Volatile ECC error counts (since the driver loaded); None when ECC is off."""
+        ...
+
+    def xid_errors_total(self) -> Mapping[int, float]:
+        """XID events seen since the exporter started, by XID number."""
+        ...
+
+    def peers(self) -> Sequence[PeerLink]: ...
+
+
+class GpuBackend(Protocol):
+    """The source of GPU readings: NVML on a real host, the simulator elsewhere."""
+
+    @property
+    def kind(self) -> Literal["nvml", "simulated"]: ...
+
+    def start(self) -> None:
+        """Begin serving readings and background work; never raises for a missing driver."""
+        ...
+
+    def shutdown(self) -> None: ...
+
+    def status(self) -> BackendStatus: ...
+
+    def driver_version(self) -> str | None: ...
+
+    def gpus(self) -> Sequence[GpuDevice]:
+        """The GPUs known now; empty while the backend is down."""
+        ...

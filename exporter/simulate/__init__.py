@@ -1,0 +1,1 @@
+"""The simulated GPU backend: scenario files drive every reading NVML would give."""

@@ -1,0 +1,1 @@
+"""Training telemetry for mirrorwatch: the Keras callback and the instrumented training service."""
