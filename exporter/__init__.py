@@ -1,4 +1,4 @@
-"""The mirrorwatch NVML exporter: per-GPU metrics for training hosts, and training telemetry ingest."""
+"""The mirrorwatch NVML exporter: per-GPU metrics for training hosts, and training telemetry."""
 
 from importlib.metadata import PackageNotFoundError, version
 

@@ -1,0 +1,132 @@
+"""The name -> collector table, and the scrape: run each chosen collector, isolated and timed."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from mirrorwatch.exporter.backend import GpuBackend
+from mirrorwatch.exporter.collectors.base import GpuCollector, ScrapeView
+from mirrorwatch.exporter.collectors.clocks import ClocksCollector
+from mirrorwatch.exporter.collectors.device import DeviceCollector
+from mirrorwatch.exporter.collectors.ecc import EccCollector
+from mirrorwatch.exporter.collectors.memory import MemoryCollector
+from mirrorwatch.exporter.collectors.nvlink import NvlinkCollector
+from mirrorwatch.exporter.collectors.pcie import PcieCollector
+from mirrorwatch.exporter.collectors.power import PowerCollector
+from mirrorwatch.exporter.collectors.thermal import ThermalCollector
+from mirrorwatch.exporter.collectors.throttle import ThrottleCollector
+from mirrorwatch.exporter.collectors.topology import TopologyCollector
+from mirrorwatch.exporter.collectors.utilization import UtilizationCollector
+from mirrorwatch.exporter.collectors.xid import XidCollector
+
+log = logging.getLogger(__name__)
+
+COLLECTORS: Mapping[str, Callable[[], GpuCollector]] = {
+    "device": DeviceCollector,
+    "utilization": UtilizationCollector,
+    "memory": MemoryCollector,
+    "thermal": ThermalCollector,
+    "power": PowerCollector,
+    "clocks": ClocksCollector,
+    "throttle": ThrottleCollector,
+    "pcie": PcieCollector,
+    "nvlink": NvlinkCollector,
+    "ecc": EccCollector,
+    "xid": XidCollector,
+    "topology": TopologyCollector,
+}
+COLLECTOR_NAMES: tuple[str, ...] = tuple(COLLECTORS)
+
+
+@dataclass(frozen=True)
+class ExporterInfo:
+    """Static facts the exporter publishes about itself."""
+
+    version: str
+    expected_gpus: int = 0
+
+
+class GpuMetrics:
+    """A prometheus_client collector: every scrape reads the backend afresh.
+
+    Each GPU collector runs on its own; an exception in one is logged once and reported as
+    ``mirrorwatch_exporter_collector_success{collector} 0`` while the others still answer.
+    """
+
+    def __init__(
+        self, backend: GpuBackend, info: ExporterInfo, enabled: Sequence[str] = COLLECTOR_NAMES
+    ) -> None:
+        self._backend = backend
+        self._info = info
+        self._collectors = [(name, COLLECTORS[name]()) for name in enabled]
+        self._failures_logged: set[tuple[str, str]] = set()
+
+    def view(self) -> ScrapeView:
+        """The GPUs of this scrape, each probed once for liveness."""
+        if not self._backend.status().up:
+            return ScrapeView(gpus=(), alive=())
+        gpus = self._backend.gpus()
+        return ScrapeView(gpus=gpus, alive=[gpu for gpu in gpus if gpu.alive()])
+
+    def collect(self) -> Iterator[Metric]:
+        view = self.view()
+        success = GaugeMetricFamily(
+            "mirrorwatch_exporter_collector_success",
+            "1 when the collector's last run succeeded.",
+            labels=["collector"],
+        )
+        duration = GaugeMetricFamily(
+            "mirrorwatch_exporter_collector_duration_seconds",
+            "How long the collector's last run took, in seconds.",
+            labels=["collector"],
+        )
+        for name, collector in self._collectors:
+            started = time.perf_counter()
+            families, ok = self._run(name, collector, view)
+            duration.add_metric([name], time.perf_counter() - started)
+            success.add_metric([name], 1 if ok else 0)
+            yield from families
+        yield from self._exporter_families(view)
+        yield success
+        yield duration
+
+    def _run(
+        self, name: str, collector: GpuCollector, view: ScrapeView
+    ) -> tuple[list[Metric], bool]:
+        try:
+            return list(collector.collect(view)), True
+        except Exception as error:  # isolation is the point: one area never fails the scrape
+            key = (name, type(error).__name__)
+            if key not in self._failures_logged:
+                self._failures_logged.add(key)
+                log.exception("collector failed", extra={"collector": name})
+            return [], False
+
+    def _exporter_families(self, view: ScrapeView) -> Iterator[Metric]:
+        status = self._backend.status()
+        yield GaugeMetricFamily(
+            "mirrorwatch_up", "1 when the GPU backend is usable.", value=1 if status.up else 0
+        )
+        build = GaugeMetricFamily(
+            "mirrorwatch_exporter_build_info",
+            "Exporter version, GPU backend and driver version; always 1.",
+            labels=["version", "backend", "driver_version"],
+        )
+        build.add_metric(
+            [self._info.version, self._backend.kind, self._backend.driver_version() or ""], 1
+        )
+        yield build
+        yield GaugeMetricFamily(
+            "mirrorwatch_exporter_gpus", "GPUs the backend sees.", value=len(view.gpus)
+        )
+        yield GaugeMetricFamily(
+            "mirrorwatch_exporter_expected_gpus",
+            "GPUs this host should have (--expected-gpus); 0 when not configured.",
+            value=self._info.expected_gpus,
+        )

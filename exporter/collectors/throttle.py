@@ -1,0 +1,29 @@
+"""Why clocks are held down now (event reasons) and for how long they have been (violation time)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.metrics_core import Metric
+
+from mirrorwatch.exporter.collectors.base import GpuCounter, GpuGauge, ScrapeView, non_empty
+
+
+class ThrottleCollector:
+    def collect(self, view: ScrapeView) -> Iterator[Metric]:
+        active = GpuGauge(
+            "mirrorwatch_gpu_clocks_event_active",
+            "1 while this reason holds clocks below their maximum; absent when unsupported.",
+            ["reason"],
+        )
+        seconds = GpuCounter(
+            "mirrorwatch_gpu_throttle_seconds",
+            "Time clocks were held below the requested level, by policy, in seconds.",
+            ["reason"],
+        )
+        for gpu in view.alive:
+            for reason, is_active in (gpu.clocks_event_reasons() or {}).items():
+                active.add(gpu, 1 if is_active else 0, reason)
+            for reason, total in gpu.throttle_seconds_total().items():
+                seconds.add(gpu, total, reason)
+        yield from non_empty(active, seconds)

@@ -1,0 +1,22 @@
+"""GET /metrics: the Prometheus exposition, text or OpenMetrics by the Accept header."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Response
+from prometheus_client.exposition import choose_encoder
+
+from mirrorwatch.exporter.state import ExporterState, get_state
+
+router = APIRouter()
+
+
+# A plain `def`: FastAPI runs it in the threadpool, so NVML calls never block the event loop.
+@router.get("/metrics", response_class=Response, summary="Prometheus metrics")
+def metrics(
+    state: Annotated[ExporterState, Depends(get_state)],
+    accept: Annotated[str | None, Header()] = None,
+) -> Response:
+    encoder, content_type = choose_encoder(accept or "")
+    return Response(content=encoder(state.registry), media_type=content_type)

@@ -1,0 +1,96 @@
+"""The HTTP routes over a fixed backend: health, readiness, metrics, GPU JSON, landing page."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from mirrorwatch.exporter.app import create_app
+from mirrorwatch.exporter.backend import BackendStatus
+from mirrorwatch.exporter.settings import Settings
+from tests.exporter.static_gpu import StaticBackend, StaticGpu
+
+UUID1 = "GPU-11111111-1111-1111-1111-111111111111"
+
+
+@pytest.fixture
+def backend() -> StaticBackend:
+    return StaticBackend([StaticGpu(), StaticGpu(index=1, uuid=UUID1, is_alive=False)])
+
+
+@pytest.fixture
+def client(backend: StaticBackend) -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(), backend)) as client:
+        yield client
+
+
+def test_the_lifespan_starts_and_stops_the_backend_once(backend: StaticBackend) -> None:
+    with TestClient(create_app(Settings(), backend)):
+        assert (backend.started, backend.stopped) == (1, 0)
+    assert (backend.started, backend.stopped) == (1, 1)
+
+
+def test_healthz_answers_while_serving(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_readyz_is_200_when_the_backend_answers(client: TestClient) -> None:
+    response = client.get("/readyz")
+    assert (response.status_code, response.json()) == (200, {"status": "ready", "backend": "nvml"})
+
+
+def test_readyz_is_503_naming_the_reason_when_the_backend_is_down(
+    client: TestClient, backend: StaticBackend
+) -> None:
+    backend.status_now = BackendStatus(up=False, reason="NVML: driver not loaded")
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json() == {
+        "status": "unavailable",
+        "backend": "nvml",
+        "reason": "NVML: driver not loaded",
+    }
+    assert "mirrorwatch_up 0.0" in client.get("/metrics").text
+
+
+def test_metrics_serve_the_prometheus_text_format(client: TestClient) -> None:
+    response = client.get("/metrics")
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert "mirrorwatch_gpu_utilization_ratio{" in response.text
+
+
+def test_metrics_serve_openmetrics_when_asked(client: TestClient) -> None:
+    response = client.get("/metrics", headers={"Accept": "application/openmetrics-text"})
+    assert response.headers["content-type"].startswith("application/openmetrics-text")
+    assert response.text.endswith("# EOF\n")
+
+
+def test_gpus_json_carries_the_same_values_as_metrics(client: TestClient) -> None:
+    document = client.get("/api/v1/gpus").json()
+    assert (document["backend"], document["up"]) == ("nvml", True)
+    first, lost = document["gpus"]
+    assert first["index"] == 0
+    assert first["uuid"] == StaticGpu().uuid
+    assert first["utilization_ratio"] == 0.97
+    assert first["temperature_threshold_celsius"] == {
+        "slowdown": 87.0,
+        "shutdown": 92.0,
+        "gpu_max": 87.0,
+    }
+    assert first["nvlink_errors_total"]["0"]["crc_flit"] == 3.0
+    assert (first["name"], first["pci_bus_id"], first["up"]) == (
+        "NVIDIA H100 80GB HBM3",
+        "0000:1b:00.0",
+        True,
+    )
+    assert (lost["index"], lost["up"]) == (1, False)
+    assert "utilization_ratio" not in lost
+
+
+def test_landing_page_links_every_endpoint(client: TestClient) -> None:
+    page = client.get("/").text
+    for link in ("metrics", "api/v1/gpus", "healthz", "readyz"):
+        assert f'href="{link}"' in page
+    assert "backend nvml: ready" in page
