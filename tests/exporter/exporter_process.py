@@ -1,0 +1,72 @@
+"""Runs the real mirrorwatch-exporter as a process on a free loopback port, for live tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import httpx
+
+EXPORTER = os.path.join(os.path.dirname(sys.executable), "mirrorwatch-exporter")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class RunningExporter:
+    url: str
+    process: subprocess.Popen[str]
+
+    def stop(self) -> tuple[int, str]:
+        """SIGTERM, as Docker and systemd stop it; the exit code and everything it logged."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            _, err = self.process.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, err = self.process.communicate()
+        return self.process.returncode, err
+
+
+@contextmanager
+def running_exporter(
+    args: Sequence[str], env: dict[str, str] | None = None, wait_for: str = "/healthz"
+) -> Iterator[RunningExporter]:
+    """Start the exporter, wait until ``wait_for`` answers, stop it (always) afterwards."""
+    port = free_port()
+    process = subprocess.Popen(
+        [EXPORTER, "--listen", f"127.0.0.1:{port}", *args],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    exporter = RunningExporter(f"http://127.0.0.1:{port}", process)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"exporter exited early: {process.communicate()[1]}")
+            try:
+                if httpx.get(exporter.url + wait_for, timeout=2).status_code < 600:
+                    break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)
+        yield exporter
+    finally:
+        if process.poll() is None:
+            exporter.stop()

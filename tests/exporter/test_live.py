@@ -1,0 +1,112 @@
+"""The real exporter process over HTTP on loopback: a simulated host, and a host without NVML."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.exporter.exporter_process import running_exporter
+
+# Every family of the contract's GPU table, as exposed (counters with _total).
+CONTRACT_GPU_METRICS = (
+    "mirrorwatch_gpu_info",
+    "mirrorwatch_gpu_up",
+    "mirrorwatch_gpu_utilization_ratio",
+    "mirrorwatch_gpu_memory_utilization_ratio",
+    "mirrorwatch_gpu_memory_used_bytes",
+    "mirrorwatch_gpu_memory_total_bytes",
+    "mirrorwatch_gpu_temperature_celsius",
+    "mirrorwatch_gpu_temperature_threshold_celsius",
+    "mirrorwatch_gpu_power_watts",
+    "mirrorwatch_gpu_power_limit_watts",
+    "mirrorwatch_gpu_energy_joules_total",
+    "mirrorwatch_gpu_clock_hertz",
+    "mirrorwatch_gpu_clock_max_hertz",
+    "mirrorwatch_gpu_clocks_event_active",
+    "mirrorwatch_gpu_throttle_seconds_total",
+    "mirrorwatch_gpu_fan_speed_ratio",
+    "mirrorwatch_gpu_pcie_link_generation",
+    "mirrorwatch_gpu_pcie_link_generation_max",
+    "mirrorwatch_gpu_pcie_link_width",
+    "mirrorwatch_gpu_pcie_link_width_max",
+    "mirrorwatch_gpu_pcie_transmit_bytes_total",
+    "mirrorwatch_gpu_pcie_receive_bytes_total",
+    "mirrorwatch_gpu_pcie_replays_total",
+    "mirrorwatch_gpu_nvlink_up",
+    "mirrorwatch_gpu_nvlink_transmit_bytes_total",
+    "mirrorwatch_gpu_nvlink_receive_bytes_total",
+    "mirrorwatch_gpu_nvlink_errors_total",
+    "mirrorwatch_gpu_ecc_errors_total",
+    "mirrorwatch_gpu_xid_errors_total",
+    "mirrorwatch_gpu_p2p_link_info",
+)
+EXPORTER_METRICS = (
+    "mirrorwatch_up",
+    "mirrorwatch_exporter_build_info",
+    "mirrorwatch_exporter_gpus",
+    "mirrorwatch_exporter_collector_success",
+    "mirrorwatch_exporter_collector_duration_seconds",
+)
+NO_NVML = os.path.join(os.path.dirname(__file__), "no_nvml")
+
+
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail("promtool is missing: `make test` installs Debian's prometheus package")
+    return path
+
+
+def gpus_per_family(text: str) -> dict[str, set[str]]:
+    """Which GPU indices each family has samples for (sample names, so counters end in _total)."""
+    found: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, set()).add(sample.labels.get("gpu", ""))
+    return found
+
+
+def test_simulated_dual_gpu_host_serves_every_contract_metric_lint_clean() -> None:
+    # The xid scenario also fills the XID counter, which a healthy host leaves empty.
+    with running_exporter(["--simulate", "xid"], wait_for="/readyz") as exporter:
+        text = httpx.get(exporter.url + "/metrics").text
+        code, log = exporter.stop()
+    families = gpus_per_family(text)
+    missing = [name for name in CONTRACT_GPU_METRICS if families.get(name) != {"0", "1"}]
+    assert missing == [] or missing == ["mirrorwatch_gpu_xid_errors_total"], missing
+    assert "mirrorwatch_gpu_xid_errors_total" in families
+    assert [name for name in EXPORTER_METRICS if name not in families] == []
+    check = subprocess.run(
+        [promtool(), "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert (check.returncode, check.stdout + check.stderr) == (0, "")
+    assert code == 0, log
+    assert "Traceback" not in log
+
+
+def test_healthy_scenario_has_no_xid_but_every_other_metric_on_both_gpus() -> None:
+    with running_exporter(["--simulate", "healthy", "--gpus", "2"], wait_for="/readyz") as exporter:
+        families = gpus_per_family(httpx.get(exporter.url + "/metrics").text)
+    missing = [name for name in CONTRACT_GPU_METRICS if families.get(name) != {"0", "1"}]
+    assert missing == ["mirrorwatch_gpu_xid_errors_total"]
+
+
+def test_without_nvml_the_exporter_serves_up_zero_and_readyz_503() -> None:
+    env = {"PYTHONPATH": NO_NVML}
+    with running_exporter([], env=env) as exporter:
+        ready = httpx.get(exporter.url + "/readyz")
+        text = httpx.get(exporter.url + "/metrics").text
+        health = httpx.get(exporter.url + "/healthz")
+        code, log = exporter.stop()
+    assert health.status_code == 200
+    assert ready.status_code == 503
+    assert ready.json()["status"] == "unavailable"
+    assert "NVML" in ready.json()["reason"]
+    assert "mirrorwatch_up 0.0" in text.splitlines()
+    assert not [line for line in text.splitlines() if line.startswith("mirrorwatch_gpu_")]
+    assert code == 0, log
