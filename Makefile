@@ -42,7 +42,7 @@ lint: install
 
 typecheck: install
 	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer
-	$(VENV)/bin/mypy tests bench scripts
+	$(VENV)/bin/mypy tests bench
 
 pytest: install tools
 	$(VENV)/bin/pytest

@@ -8,7 +8,11 @@ import logging.config
 from typing import Any
 
 # Attributes every LogRecord has; anything else on a record came from `extra=` and is logged.
-_STANDARD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+_STANDARD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {
+    "message",
+    "asctime",
+    "color_message",  # uvicorn's ANSI-coloured copy of msg
+}
 
 
 class JsonFormatter(logging.Formatter):

@@ -19,6 +19,7 @@ for _entry in sys.path:
         if _spec is None or _spec.loader is None:
             raise ImportError(f"cannot load {_candidate}")
         _real = importlib.util.module_from_spec(_spec)
+        sys.modules["_real_pynvml"] = _real  # its dataclass-like structures look themselves up
         _spec.loader.exec_module(_real)
         break
 else:

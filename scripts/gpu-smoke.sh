@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# gpu-smoke.sh: check the exporter against real NVML on a host with NVIDIA GPUs.
+#
+# Starts `mirrorwatch-exporter --listen 127.0.0.1:19848` (from .venv when present) without
+# --simulate, waits for /readyz, scrapes /metrics, lints the scrape with `promtool check
+# metrics`, prints the GPU model and driver, then says for each GPU metric family of the
+# contract whether this host exposes it. Exits non-zero when the exporter never gets ready,
+# the scrape fails, promtool rejects it, or a collector reports failure.
+#
+# Environment: SMOKE_LISTEN (default 127.0.0.1:19848), SMOKE_READY_TIMEOUT_S (default 60),
+# EXPORTER (default .venv/bin/mirrorwatch-exporter, else the one on PATH).
+
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+listen="${SMOKE_LISTEN:-127.0.0.1:19848}"
+ready_timeout_s="${SMOKE_READY_TIMEOUT_S:-60}"
+base_url="http://${listen}"
+
+if [[ -n "${EXPORTER:-}" ]]; then
+  exporter="$EXPORTER"
+elif [[ -x "$repo_root/.venv/bin/mirrorwatch-exporter" ]]; then
+  exporter="$repo_root/.venv/bin/mirrorwatch-exporter"
+else
+  exporter="$(command -v mirrorwatch-exporter || true)"
+fi
+
+fail() {
+  echo "gpu-smoke: FAIL: $*" >&2
+  exit 1
+}
+
+[[ -n "$exporter" ]] || fail "mirrorwatch-exporter not found; run 'make install' first"
+command -v curl >/dev/null || fail "curl is required"
+command -v promtool >/dev/null || fail "promtool is required ('make tools' installs it)"
+
+workdir="$(mktemp -d)"
+exporter_pid=""
+cleanup() {
+  if [[ -n "$exporter_pid" ]] && kill -0 "$exporter_pid" 2>/dev/null; then
+    kill "$exporter_pid" 2>/dev/null || true
+    wait "$exporter_pid" 2>/dev/null || true
+  fi
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
+
+# Real NVML only: a stray MIRRORWATCH_SIMULATE would make this a simulator test.
+env -u MIRRORWATCH_SIMULATE -u MIRRORWATCH_GPUS \
+  "$exporter" --listen "$listen" >"$workdir/exporter.log" 2>&1 &
+exporter_pid=$!
+echo "gpu-smoke: started $exporter (pid $exporter_pid) on $listen"
+
+ready=""
+deadline=$((SECONDS + ready_timeout_s))
+while ((SECONDS < deadline)); do
+  if ! kill -0 "$exporter_pid" 2>/dev/null; then
+    cat "$workdir/exporter.log" >&2
+    fail "the exporter exited before it became ready"
+  fi
+  code="$(curl -s -o "$workdir/readyz" -w '%{http_code}' "$base_url/readyz" || true)"
+  if [[ "$code" == "200" ]]; then
+    ready=1
+    break
+  fi
+  sleep 0.5
+done
+if [[ -z "$ready" ]]; then
+  echo "last /readyz answer: $(cat "$workdir/readyz" 2>/dev/null || echo none)" >&2
+  tail -n 20 "$workdir/exporter.log" >&2
+  fail "/readyz did not answer 200 within ${ready_timeout_s}s"
+fi
+echo "gpu-smoke: /readyz is 200"
+
+metrics="$workdir/metrics.txt"
+curl -sf "$base_url/metrics" -o "$metrics" || fail "GET /metrics failed"
+[[ -s "$metrics" ]] || fail "GET /metrics answered an empty body"
+if ! promtool check metrics <"$metrics"; then
+  fail "promtool check metrics rejected the scrape"
+fi
+echo "gpu-smoke: promtool check metrics passed"
+
+# The value of label $2 on the first series of family $1.
+label_of() {
+  grep -E "^$1\{" "$metrics" | head -n 1 | sed -nE "s/.*[{,]$2=\"([^\"]*)\".*/\1/p"
+}
+
+echo
+echo "GPU model:  $(label_of mirrorwatch_gpu_info name)"
+echo "Driver:     $(label_of mirrorwatch_exporter_build_info driver_version)"
+echo "GPUs seen:  $(grep -E '^mirrorwatch_exporter_gpus ' "$metrics" | awk '{printf "%d", $2}')"
+echo "Backend up: $(grep -E '^mirrorwatch_up ' "$metrics" | awk '{printf "%d", $2}')"
+echo
+
+families=(
+  mirrorwatch_gpu_info
+  mirrorwatch_gpu_up
+  mirrorwatch_gpu_utilization_ratio
+  mirrorwatch_gpu_memory_utilization_ratio
+  mirrorwatch_gpu_memory_used_bytes
+  mirrorwatch_gpu_memory_total_bytes
+  mirrorwatch_gpu_temperature_celsius
+  mirrorwatch_gpu_temperature_threshold_celsius
+  mirrorwatch_gpu_power_watts
+  mirrorwatch_gpu_power_limit_watts
+  mirrorwatch_gpu_energy_joules_total
+  mirrorwatch_gpu_clock_hertz
+  mirrorwatch_gpu_clock_max_hertz
+  mirrorwatch_gpu_clocks_event_active
+  mirrorwatch_gpu_throttle_seconds_total
+  mirrorwatch_gpu_fan_speed_ratio
+  mirrorwatch_gpu_pcie_link_generation
+  mirrorwatch_gpu_pcie_link_generation_max
+  mirrorwatch_gpu_pcie_link_width
+  mirrorwatch_gpu_pcie_link_width_max
+  mirrorwatch_gpu_pcie_transmit_bytes_total
+  mirrorwatch_gpu_pcie_receive_bytes_total
+  mirrorwatch_gpu_pcie_replays_total
+  mirrorwatch_gpu_nvlink_up
+  mirrorwatch_gpu_nvlink_transmit_bytes_total
+  mirrorwatch_gpu_nvlink_receive_bytes_total
+  mirrorwatch_gpu_nvlink_errors_total
+  mirrorwatch_gpu_ecc_errors_total
+  mirrorwatch_gpu_xid_errors_total
+  mirrorwatch_gpu_p2p_link_info
+)
+printf '%-48s %s\n' "metric family" "exposed on this GPU"
+for family in "${families[@]}"; do
+  series="$(grep -cE "^${family}(\{| )" "$metrics" || true)"
+  if ((series > 0)); then
+    printf '%-48s yes (%d series)\n' "$family" "$series"
+  elif [[ "$family" == mirrorwatch_gpu_xid_errors_total ]]; then
+    printf '%-48s no (no XID seen since the exporter started)\n' "$family"
+  else
+    printf '%-48s no\n' "$family"
+  fi
+done
+echo "(see docs/metrics.md for which GPUs and drivers support each family)"
+
+failed_collectors="$(grep -E '^mirrorwatch_exporter_collector_success\{.*\} 0(\.0)?$' "$metrics" \
+  | sed -nE 's/.*collector="([^"]*)".*/\1/p' || true)"
+if [[ -n "$failed_collectors" ]]; then
+  tail -n 40 "$workdir/exporter.log" >&2
+  fail "collectors reported failure: $(echo "$failed_collectors" | tr '\n' ' ')"
+fi
+echo
+echo "gpu-smoke: OK"
