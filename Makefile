@@ -9,7 +9,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SCENARIO ?= healthy
 EXPORTER_LISTEN ?= 127.0.0.1:9848
 
-.PHONY: setup tools install test lint typecheck pytest bench demo clean
+.PHONY: setup tools install test lint typecheck pytest bench demo alerts clean
 
 ## setup: the virtual environment with the project and its test tools, plus promtool/amtool
 setup: install tools
@@ -42,10 +42,14 @@ lint: install
 
 typecheck: install
 	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer
-	$(VENV)/bin/mypy tests bench
+	$(VENV)/bin/mypy tests bench alerts/build_rules.py
 
 pytest: install tools
 	$(VENV)/bin/pytest
+
+## alerts: regenerate alerts/mirrorwatch.rules.yml from alerts/thresholds.yml
+alerts: install
+	$(PY) alerts/build_rules.py
 
 ## bench: benchmarks; results land in bench/results/*.json
 bench: install

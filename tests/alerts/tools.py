@@ -1,0 +1,76 @@
+"""Paths and tool lookups shared by the alert tests."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ALERTS = REPO / "alerts"
+RULES = ALERTS / "mirrorwatch.rules.yml"
+THRESHOLDS = ALERTS / "thresholds.yml"
+GENERATOR = ALERTS / "build_rules.py"
+PROMTOOL_TESTS = sorted((ALERTS / "tests").glob("*.yml"))
+ALERTMANAGER_CONFIG = ALERTS / "alertmanager.yml"
+ALERTMANAGER_EXAMPLE = ALERTS / "alertmanager.slack-email.example.yml"
+TEMPLATE = ALERTS / "mirrorwatch.tmpl"
+RUNBOOK = REPO / "docs" / "runbook.md"
+
+# The alert names of the project contract (CONTRACT.md, "Alert names").
+CONTRACT_ALERTS = (
+    "GpuUtilizationImbalance",
+    "GpuThermalThrottling",
+    "GpuTemperatureNearSlowdown",
+    "GpuHardwareSlowdown",
+    "GpuPowerCapped",
+    "GpuPcieLinkDegraded",
+    "GpuNvlinkDown",
+    "GpuNvlinkErrors",
+    "GpuXidError",
+    "GpuEccUncorrectable",
+    "GpuMemoryNearlyFull",
+    "GpuTemperatureSpread",
+    "GpuMissing",
+    "GpuLost",
+    "TrainingStalled",
+    "TrainingThroughputDrop",
+    "TrainingScalingEfficiencyLow",
+    "TrainingTelemetryStale",
+    "MirrorwatchExporterDown",
+    "MirrorwatchNvmlUnavailable",
+    "Watchdog",
+)
+
+
+def binary(name: str) -> str:
+    """The path of a Prometheus tool; a missing one fails the test (CI must have it)."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(
+            f"{name} is not installed: run `make tools` (Debian packages prometheus and "
+            "prometheus-alertmanager)",
+            pytrace=False,
+        )
+    return path
+
+
+def run(args: list[str], cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def load_yaml(path: Path) -> Any:
+    with path.open(encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    """Every alerting rule of the generated rule file."""
+    groups = load_yaml(RULES)["groups"]
+    return [rule for group in groups for rule in group["rules"] if "alert" in rule]
