@@ -1,0 +1,335 @@
+"""The simulated GPU backend: a scenario's GPUs behind the same interface as NVML."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final, Literal
+
+from mirrorwatch.exporter.backend import (
+    THROTTLE_REASONS,
+    BackendStatus,
+    Clock,
+    EccErrorType,
+    MemoryBytes,
+    NvlinkCounters,
+    PcieLink,
+    PeerLink,
+    TemperatureThreshold,
+)
+from mirrorwatch.exporter.simulate.physics import (
+    ENERGY,
+    NVLINK,
+    PCIE_TRANSMIT,
+    THROTTLE,
+    GpuPhysics,
+    Sample,
+)
+from mirrorwatch.exporter.simulate.scenario import Hardware, Scenario, ScenarioError
+
+# The PCI buses of an 8-GPU HGX H100 baseboard; further GPUs go to further PCI domains.
+_PCI_BUSES: Final = (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF)
+_TICK_SLACK_SECONDS: Final = 0.005
+
+
+def gpu_uuid(seed: int, index: int) -> str:
+    """A stable UUID for GPU `index` of a scenario with `seed`, in NVML's "GPU-..." form."""
+    digest = hashlib.sha256(f"mirrorwatch-simulated-gpu:{seed}:{index}".encode()).digest()
+    return f"GPU-{uuid.UUID(bytes=digest[:16], version=4)}"
+
+
+def pci_bus_id(index: int) -> str:
+    """A distinct canonical ``dddd:bb:dd.f`` address for GPU `index`."""
+    domain, slot = divmod(index, len(_PCI_BUSES))
+    return f"{domain:04x}:{_PCI_BUSES[slot]:02x}:00.0"
+
+
+class SimulatedGpu:
+    """One simulated GPU. Readings come from whole-second samples; counters integrate them.
+
+    Counters sum each second's rate over the whole seconds before now plus the part of the
+    current one, so a reading depends only on the clock value. The running sum is cached and
+    advanced incrementally under a lock (scrapes run concurrently), and rebuilt from zero when
+    the clock goes backwards.
+    """
+
+    def __init__(
+        self, physics: GpuPhysics, hardware: Hardware, seed: int, now: Callable[[], float]
+    ) -> None:
+        self._physics = physics
+        self._hardware = hardware
+        self._now = now
+        self._index = physics.index
+        self._uuid = gpu_uuid(seed, physics.index)
+        self._pci_bus_id = pci_bus_id(physics.index)
+        self._thresholds: Mapping[str, float] = {
+            "slowdown": hardware.slowdown_celsius,
+            "shutdown": hardware.shutdown_celsius,
+            "gpu_max": hardware.gpu_max_celsius,
+            "memory_max": hardware.memory_max_celsius,
+        }
+        self._clock_max_hertz: Mapping[str, float] = {
+            "graphics": hardware.graphics_clock_max_mhz * 1e6,
+            "sm": hardware.graphics_clock_max_mhz * 1e6,
+            "memory": hardware.memory_clock_max_mhz * 1e6,
+        }
+        self._peers: tuple[PeerLink, ...] = tuple(
+            PeerLink(peer, hardware.peer_link)
+            for peer in range(hardware.count)
+            if peer != physics.index
+        )
+        self._lock = threading.Lock()
+        # The last two seconds' samples: a scrape reads gauges of the new second before its
+        # counters integrate the previous one.
+        self._samples: dict[int, Sample] = {}
+        self._integrated_to = 0  # whole seconds already summed into _totals
+        self._totals = [0.0] * physics.rate_count
+
+    # --- identity ---------------------------------------------------------------------------
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def uuid(self) -> str:
+        return self._uuid
+
+    @property
+    def name(self) -> str:
+        return self._hardware.name
+
+    @property
+    def pci_bus_id(self) -> str:
+        return self._pci_bus_id
+
+    # --- time, samples and integration -----------------------------------------------------
+
+    def _time(self) -> float:
+        t = self._now()
+        return t if t > 0.0 else 0.0
+
+    def _sample_at(self, second: int) -> Sample:
+        """The sample of `second`, cached. Caller locks."""
+        sample = self._samples.get(second)
+        if sample is None:
+            sample = self._physics.sample(second)
+            if len(self._samples) >= 2:
+                del self._samples[min(self._samples)]
+            self._samples[second] = sample
+        return sample
+
+    def _sample(self) -> Sample | None:
+        """The current sample, or None while the GPU is lost."""
+        t = self._time()
+        if self._physics.lost(t):
+            return None
+        with self._lock:
+            return self._sample_at(int(t))
+
+    def _integrate_to(self, second: int) -> list[float]:
+        """The counters summed over every whole second before `second`. Caller locks."""
+        if second < self._integrated_to:  # the clock went backwards: start again
+            self._integrated_to = 0
+            self._totals = [0.0] * len(self._totals)
+        totals = self._totals
+        for passed in range(self._integrated_to, second):
+            cached = self._samples.get(passed)
+            rates = (cached or self._physics.sample(passed)).rates
+            for i, rate in enumerate(rates):
+                totals[i] += rate
+        self._integrated_to = second
+        return totals
+
+    def _counters(self, first: int, count: int) -> list[float] | None:
+        """Integrated counters `first` .. `first + count - 1` now (layout of Sample.rates).
+
+        None while the GPU is lost.
+        """
+        t = self._time()
+        if self._physics.lost(t):
+            return None
+        return self._counters_at(t, first, count)[1]
+
+    def _counters_at(self, t: float, first: int, count: int) -> tuple[Sample, list[float]]:
+        """The sample at `t` and counters `first` .. `first + count - 1` at `t`."""
+        second = int(t)
+        fraction = t - second
+        with self._lock:
+            totals = self._integrate_to(second)
+            sample = self._sample_at(second)
+            rates = sample.rates
+            return sample, [totals[i] + fraction * rates[i] for i in range(first, first + count)]
+
+    def catch_up(self) -> None:
+        """Integrate up to now and evaluate the current second, so that reads find it done."""
+        second = int(self._time())
+        with self._lock:
+            self._integrate_to(second)
+            self._sample_at(second)
+
+    # --- readings ---------------------------------------------------------------------------
+
+    def alive(self) -> bool:
+        return not self._physics.lost(self._time())
+
+    def utilization_ratio(self) -> float | None:
+        sample = self._sample()
+        return None if sample is None else sample.utilization
+
+    def memory_utilization_ratio(self) -> float | None:
+        sample = self._sample()
+        return None if sample is None else sample.memory_utilization
+
+    def memory_bytes(self) -> MemoryBytes | None:
+        sample = self._sample()
+        return None if sample is None else sample.memory
+
+    def temperature_celsius(self) -> float | None:
+        sample = self._sample()
+        return None if sample is None else sample.temperature_celsius
+
+    def temperature_threshold_celsius(self, threshold: TemperatureThreshold) -> float | None:
+        return self._thresholds[threshold] if self.alive() else None
+
+    def fan_speed_ratios(self) -> Sequence[float | None]:
+        sample = self._sample()
+        return () if sample is None else sample.fans
+
+    def power_watts(self) -> float | None:
+        sample = self._sample()
+        return None if sample is None else sample.power_watts
+
+    def power_limit_watts(self) -> float | None:
+        sample = self._sample()
+        return None if sample is None else sample.power_limit_watts
+
+    def energy_joules_total(self) -> float | None:
+        counters = self._counters(ENERGY, 1)
+        return None if counters is None else counters[0]
+
+    def clock_hertz(self, clock: Clock) -> float | None:
+        sample = self._sample()
+        if sample is None:
+            return None
+        return sample.memory_clock_hertz if clock == "memory" else sample.graphics_clock_hertz
+
+    def clock_max_hertz(self, clock: Clock) -> float | None:
+        return self._clock_max_hertz[clock] if self.alive() else None
+
+    def clocks_event_reasons(self) -> Mapping[str, bool] | None:
+        sample = self._sample()
+        return None if sample is None else sample.reasons
+
+    def throttle_seconds_total(self) -> Mapping[str, float]:
+        counters = self._counters(THROTTLE, len(THROTTLE_REASONS))
+        return {} if counters is None else dict(zip(THROTTLE_REASONS, counters, strict=True))
+
+    def pcie_link(self) -> PcieLink | None:
+        sample = self._sample()
+        return None if sample is None else sample.pcie
+
+    def pcie_bytes_total(self) -> tuple[float, float] | None:
+        counters = self._counters(PCIE_TRANSMIT, 2)
+        return None if counters is None else (counters[0], counters[1])
+
+    def pcie_replays_total(self) -> float | None:
+        t = self._time()
+        return None if self._physics.lost(t) else self._physics.pcie_replays(t)
+
+    def nvlinks(self) -> Mapping[int, NvlinkCounters]:
+        t = self._time()
+        if self._physics.lost(t):
+            return {}
+        sample, counters = self._counters_at(t, NVLINK, 2 * self._physics.nvlink_count)
+        errors = self._physics.nvlink_errors
+        return {
+            link: NvlinkCounters(up, counters[2 * link], counters[2 * link + 1], errors(link, t))
+            for link, up in enumerate(sample.nvlink_up)
+        }
+
+    def ecc_errors_total(self) -> Mapping[EccErrorType, float] | None:
+        t = self._time()
+        if not self._hardware.ecc or self._physics.lost(t):
+            return None
+        return self._physics.ecc_counts(t)
+
+    def xid_errors_total(self) -> Mapping[int, float]:
+        t = self._time()
+        return {} if self._physics.lost(t) else self._physics.xid_counts(t)
+
+    def peers(self) -> Sequence[PeerLink]:
+        return self._peers if self.alive() else ()
+
+
+class SimulatedBackend:
+    """A host of simulated GPUs driven by a scenario.
+
+    `clock` returns seconds since the scenario started. By default that is time.monotonic()
+    since start() (or since construction, for readings taken before start()), and start() also
+    runs a thread that evaluates each GPU once a second, so that a scrape finds the second's
+    readings and counters ready instead of catching up on the seconds since the last one.
+    """
+
+    def __init__(self, scenario: Scenario, *, clock: Callable[[], float] | None = None) -> None:
+        problem = scenario.reference_problem()
+        if problem is not None:
+            field, what = problem
+            raise ScenarioError(f"scenario: {field}: {what}")
+        self._scenario = scenario
+        self._clock = clock
+        self._started_at = time.monotonic()
+        self._gpus = tuple(
+            SimulatedGpu(GpuPhysics(scenario, index), scenario.gpus, scenario.seed, self._now)
+            for index in range(scenario.gpus.count)
+        )
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def _now(self) -> float:
+        if self._clock is not None:
+            return self._clock()
+        return time.monotonic() - self._started_at
+
+    @property
+    def kind(self) -> Literal["simulated"]:
+        return "simulated"
+
+    @property
+    def scenario(self) -> Scenario:
+        return self._scenario
+
+    def start(self) -> None:
+        if self._clock is not None:
+            return
+        self._started_at = time.monotonic()
+        if self._ticker is None:
+            self._stop.clear()
+            self._ticker = threading.Thread(
+                target=self._tick, name="mirrorwatch-simulator", daemon=True
+            )
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        # Wake just after each whole second, when a new sample is due.
+        while not self._stop.wait(1.0 - self._now() % 1.0 + _TICK_SLACK_SECONDS):
+            for gpu in self._gpus:
+                gpu.catch_up()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5.0)
+            self._ticker = None
+
+    def status(self) -> BackendStatus:
+        return BackendStatus(up=True)
+
+    def driver_version(self) -> str:
+        return f"simulated-{self._scenario.driver_version}"
+
+    def gpus(self) -> Sequence[SimulatedGpu]:
+        return self._gpus
