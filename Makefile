@@ -54,6 +54,8 @@ alerts: install
 ## bench: benchmarks; results land in bench/results/*.json
 bench: install
 	$(PY) bench/exporter_bench.py --out bench/results/exporter.json
+	$(PY) bench/trainer_bench.py --out bench/results/trainer.json
+	$(PY) bench/ingest_bench.py --out bench/results/ingest.json
 
 ## demo: the exporter on a simulated dual-GPU host (SCENARIO=name picks the scenario)
 demo: install

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -26,6 +25,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.machine import machine
 from tests.exporter.exporter_process import running_exporter
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -97,24 +97,6 @@ def measure(gpus: int, scrapes: int) -> dict[str, Any]:
         "floor_cpu_ms_per_render": round(floor, 3),
         "floor_ratio": round(cpu_ms / floor, 2),
         "rss_mib": round(rss, 1),
-    }
-
-
-def machine() -> dict[str, Any]:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "os": platform.platform(),
-        "python": platform.python_version(),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -11,25 +12,53 @@ from prometheus_client import CollectorRegistry
 from mirrorwatch.exporter import __version__
 from mirrorwatch.exporter.backend import GpuBackend
 from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics
-from mirrorwatch.exporter.routes import gpus, health, landing, metrics
+from mirrorwatch.exporter.ingest.auth import IngestAuth
+from mirrorwatch.exporter.ingest.errors import RejectionCounter
+from mirrorwatch.exporter.ingest.guard import IngestGuard
+from mirrorwatch.exporter.ingest.handlers import install_error_handlers
+from mirrorwatch.exporter.ingest.metrics import TrainingMetrics
+from mirrorwatch.exporter.ingest.store import Clock, Limits, RunStore
+from mirrorwatch.exporter.routes import gpus, health, ingest, landing, metrics
 from mirrorwatch.exporter.settings import Settings
 from mirrorwatch.exporter.state import ExporterState
 
+log = logging.getLogger(__name__)
 
-def create_app(settings: Settings, backend: GpuBackend) -> FastAPI:
-    """The exporter's app over ``backend``; starting and stopping it is the lifespan's job."""
+
+def create_app(settings: Settings, backend: GpuBackend, clock: Clock | None = None) -> FastAPI:
+    """The exporter's app over ``backend``; starting and stopping it is the lifespan's job.
+
+    ``clock`` drives training-worker expiry; tests pass a fake one.
+    """
     gpu_metrics = GpuMetrics(
         backend,
         ExporterInfo(version=__version__, expected_gpus=settings.expected_gpus),
         settings.enabled_collectors,
     )
+    store = RunStore(
+        Limits(
+            max_runs=settings.max_runs,
+            max_workers=settings.max_workers,
+            max_replicas=settings.max_replicas,
+            ttl_seconds=settings.run_ttl,
+        ),
+        clock,
+    )
+    rejections = RejectionCounter()
+    auth = IngestAuth(settings.ingest_token_value())
     registry = CollectorRegistry(auto_describe=False)
     registry.register(gpu_metrics)
+    registry.register(TrainingMetrics(store, backend, rejections))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if auth.loopback_only:
+            log.warning(
+                "no ingest token configured: the training ingest API answers loopback "
+                "clients only (set MIRRORWATCH_INGEST_TOKEN or --ingest-token-file)"
+            )
         backend.start()
-        app.state.exporter = ExporterState(backend, gpu_metrics, registry)
+        app.state.exporter = ExporterState(backend, gpu_metrics, registry, store)
         try:
             yield
         finally:
@@ -41,6 +70,10 @@ def create_app(settings: Settings, backend: GpuBackend) -> FastAPI:
         summary="GPU metrics for training hosts, and training telemetry ingest.",
         lifespan=lifespan,
     )
-    for module in (metrics, health, gpus, landing):
+    # Ingest first: routes are matched in order, and pushes are the most frequent request.
+    for module in (ingest, metrics, health, gpus, landing):
         app.include_router(module.router)
+    ingest.publish_bearer_scheme(app)
+    install_error_handlers(app, rejections)
+    app.add_middleware(IngestGuard, auth=auth, rejections=rejections)
     return app

@@ -36,6 +36,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
+        # No prefixes: `--ingest-token SECRET` must not pass as `--ingest-token-file`.
+        allow_abbrev=False,
         description="Serve NVML GPU metrics (or a simulated host) for Prometheus. "
         "Every flag can also be set as MIRRORWATCH_<FLAG>, e.g. MIRRORWATCH_LISTEN.",
     )
@@ -54,6 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--nvml-retry-max-seconds", type=float, metavar="S", help="longest NVML retry wait"
     )
+    parser.add_argument(
+        "--ingest-token-file",
+        metavar="PATH",
+        help="file holding the ingest bearer token (or MIRRORWATCH_INGEST_TOKEN; "
+        "without either, only loopback clients may push)",
+    )
+    # Refused with a hint, never echoed: a token on the command line shows in `ps`.
+    parser.add_argument("--ingest-token", dest="ingest_token_flag", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--run-ttl", type=float, metavar="S", help="seconds until a silent worker is inactive"
+    )
+    parser.add_argument("--max-runs", type=int, metavar="N", help="training runs tracked at most")
+    parser.add_argument("--max-workers", type=int, metavar="N", help="workers tracked at most")
+    parser.add_argument("--max-replicas", type=int, metavar="N", help="replicas per worker at most")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["json", "text"])
     parser.add_argument(
@@ -64,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_settings(args: argparse.Namespace) -> Settings:
     """Flags win over MIRRORWATCH_* variables, which win over defaults."""
+    if getattr(args, "ingest_token_flag", None) is not None:
+        raise UsageError(
+            "--ingest-token: a token on the command line shows in `ps`; "
+            "set MIRRORWATCH_INGEST_TOKEN or --ingest-token-file instead"
+        )
     given = {
         name: value
         for name, value in vars(args).items()
@@ -85,7 +106,9 @@ def bind(listen: str) -> socket.socket:
     """Bind the listening socket first, so a busy port is a clear exit 2, not a traceback."""
     host, port = parse_listen(listen)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
+    # without it every keep-alive response waits ~40 ms on Nagle and delayed ACKs.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -1,4 +1,4 @@
-"""What the routes share: the backend and its metrics, built once per app."""
+"""What the routes share: the backend, its metrics and the training run store, built once."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from mirrorwatch.exporter.backend import GpuBackend
 from mirrorwatch.exporter.collectors.registry import GpuMetrics
+from mirrorwatch.exporter.ingest.store import RunStore
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,7 @@ class ExporterState:
     backend: GpuBackend
     metrics: GpuMetrics
     registry: CollectorRegistry
+    store: RunStore
 
 
 def get_state(request: Request) -> ExporterState:

@@ -1,0 +1,73 @@
+"""What the ingest API refuses: the reasons, the error raised for one, and the count of each."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Literal
+
+from starlette.responses import JSONResponse
+
+Reason = Literal[
+    "malformed_json",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "method_not_allowed",
+    "too_large",
+    "unsupported_media_type",
+    "invalid",
+    "stale",
+    "over_limit",
+]
+REASONS: tuple[Reason, ...] = (
+    "malformed_json",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "method_not_allowed",
+    "too_large",
+    "unsupported_media_type",
+    "invalid",
+    "stale",
+    "over_limit",
+)
+
+
+class IngestError(Exception):
+    """A push or delete the ingest API refuses; ``message`` is one sentence naming the field."""
+
+    def __init__(self, status: int, reason: Reason, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.field = field
+        # Further problems of the same request, as {"field", "message"}; first one included.
+        self.details: list[dict[str, str]] = []
+
+    def response(self) -> JSONResponse:
+        """The JSON answer: ``{"error": ..., "reason": ..., "field": ..., "errors": [...]}``."""
+        body: dict[str, object] = {"error": self.message, "reason": self.reason}
+        if self.field is not None:
+            body["field"] = self.field
+        if self.details:
+            body["errors"] = self.details
+        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        return JSONResponse(body, status_code=self.status, headers=headers)
+
+
+class RejectionCounter:
+    """Thread-safe running count of rejections by reason, every reason present from 0."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[Reason, int] = dict.fromkeys(REASONS, 0)
+
+    def add(self, reason: Reason) -> None:
+        with self._lock:
+            self._counts[reason] += 1
+
+    def counts(self) -> Mapping[Reason, int]:
+        with self._lock:
+            return dict(self._counts)

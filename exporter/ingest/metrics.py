@@ -1,0 +1,165 @@
+"""The training metrics: a collector building fresh families from the run store every scrape."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+from prometheus_client.metrics_core import Metric
+
+from mirrorwatch.exporter.backend import GpuBackend
+from mirrorwatch.exporter.ingest.errors import RejectionCounter
+from mirrorwatch.exporter.ingest.replicas import GpuDirectory
+from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS, TrainingSnapshot
+from mirrorwatch.exporter.ingest.store import RunStore, WorkerView
+
+log = logging.getLogger(__name__)
+
+WORKER = ["run", "worker"]
+BUCKET_BOUNDS = [repr(float(bound)) for bound in STEP_DURATION_BUCKETS]  # "0.001", "1.0"
+
+
+class _Families:
+    """One scrape's training families, filled worker by worker."""
+
+    def __init__(self) -> None:
+        def gauge(name: str, text: str, extra: Sequence[str] = ()) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"mirrorwatch_training_{name}", text, labels=[*WORKER, *extra])
+
+        def counter(name: str, text: str) -> CounterMetricFamily:
+            return CounterMetricFamily(f"mirrorwatch_training_{name}", text, labels=WORKER)
+
+        self.active = gauge("active", "1 while the worker trains and pushed within the TTL.")
+        self.info = gauge(
+            "info", "Model and strategy of the worker; always 1.", ["model", "strategy"]
+        )
+        self.replicas = gauge("replicas", "Replicas in sync on the worker.")
+        self.global_batch_size = gauge("global_batch_size", "Examples per step over all replicas.")
+        self.steps = counter("steps", "Training steps since the worker's session started.")
+        self.examples = counter("examples", "Training examples since the worker's session started.")
+        self.step_duration = HistogramMetricFamily(
+            "mirrorwatch_training_step_duration_seconds",
+            "Wall time of each training step, in seconds.",
+            labels=WORKER,
+        )
+        self.examples_per_second = gauge(
+            "examples_per_second", "Training throughput over the recent window, examples/s."
+        )
+        self.epoch = gauge("epoch", "Current epoch, counted from 0.")
+        self.loss = gauge("loss", "Loss of the last training step.")
+        self.replica_info = gauge(
+            "replica_info",
+            "The GPU of this host each replica runs on; uuid matches the GPU series; always 1.",
+            ["replica", "gpu", "uuid"],
+        )
+        self.replica_memory = gauge(
+            "replica_memory_bytes",
+            "Device memory the replica's allocator holds, current and peak, in bytes.",
+            ["replica", "kind"],
+        )
+        self.speedup = gauge(
+            "scaling_speedup", "Throughput on all replicas over throughput on one replica."
+        )
+        self.efficiency = gauge(
+            "scaling_efficiency_ratio", "Scaling speedup divided by the replica count."
+        )
+        self.dropped = counter(
+            "telemetry_dropped", "Snapshots the worker's callback gave up pushing."
+        )
+        self.last_push = gauge(
+            "last_push_timestamp_seconds", "When the exporter received the worker's last push."
+        )
+
+    def add(self, view: WorkerView, gpus: GpuDirectory) -> None:
+        entry, snapshot = view.entry, view.entry.snapshot
+        labels = [entry.run, str(entry.worker)]
+        self.active.add_metric(labels, 1 if view.active else 0)
+        self.info.add_metric([*labels, snapshot.model or "", snapshot.strategy or ""], 1)
+        self.replicas.add_metric(labels, snapshot.replicas)
+        if snapshot.global_batch_size is not None:
+            self.global_batch_size.add_metric(labels, snapshot.global_batch_size)
+        self.steps.add_metric(labels, snapshot.steps_total)
+        if snapshot.examples_total is not None:
+            self.examples.add_metric(labels, snapshot.examples_total)
+        self._add_histogram(labels, snapshot)
+        if snapshot.examples_per_second is not None:
+            self.examples_per_second.add_metric(labels, snapshot.examples_per_second)
+        self.epoch.add_metric(labels, snapshot.epoch)
+        if snapshot.loss is not None:
+            self.loss.add_metric(labels, snapshot.loss)
+        for device in snapshot.replica_devices:
+            replica = str(device.replica)
+            gpu = gpus.resolve(device)
+            if gpu is not None:
+                self.replica_info.add_metric([*labels, replica, str(gpu.index), gpu.uuid], 1)
+            if device.memory_current_bytes is not None:
+                self.replica_memory.add_metric(
+                    [*labels, replica, "current"], device.memory_current_bytes
+                )
+            if device.memory_peak_bytes is not None:
+                self.replica_memory.add_metric([*labels, replica, "peak"], device.memory_peak_bytes)
+        if snapshot.scaling is not None:
+            self.speedup.add_metric(labels, snapshot.scaling.speedup)
+            self.efficiency.add_metric(labels, snapshot.scaling.efficiency_ratio)
+        self.dropped.add_metric(labels, snapshot.telemetry_dropped_total)
+        self.last_push.add_metric(labels, entry.received_wall)
+
+    def _add_histogram(self, labels: list[str], snapshot: TrainingSnapshot) -> None:
+        durations = snapshot.step_duration_seconds
+        buckets: list[tuple[str, float]] = list(
+            zip(BUCKET_BOUNDS, map(float, durations.bucket_counts), strict=True)
+        )
+        buckets.append(("+Inf", float(durations.count)))
+        self.step_duration.add_metric(labels, buckets, durations.sum_seconds)
+
+    def __iter__(self) -> Iterator[Metric]:
+        for family in vars(self).values():
+            if family.samples:
+                yield family
+
+
+class TrainingMetrics:
+    """A prometheus_client collector over the run store, beside the GPU collector.
+
+    Replicas are joined to this host's GPUs at scrape time, so a GPU that appears or is lost
+    after the push is reflected at once.
+    """
+
+    def __init__(self, store: RunStore, backend: GpuBackend, rejections: RejectionCounter) -> None:
+        self._store = store
+        self._backend = backend
+        self._rejections = rejections
+        self._gpu_failure_logged = False
+
+    def collect(self) -> Iterator[Metric]:
+        views = self._store.views()
+        if views:
+            families = _Families()
+            gpus = self._directory(views)
+            for view in views:
+                families.add(view, gpus)
+            yield from families
+        rejected = CounterMetricFamily(
+            "mirrorwatch_exporter_ingest_rejected",
+            "Training telemetry pushes and deletes the ingest API refused, by reason.",
+            labels=["reason"],
+        )
+        for reason, count in self._rejections.counts().items():
+            rejected.add_metric([reason], count)
+        yield rejected
+
+    def _directory(self, views: Sequence[WorkerView]) -> GpuDirectory:
+        if not any(view.entry.snapshot.replica_devices for view in views):
+            return GpuDirectory(())
+        try:
+            return GpuDirectory(self._backend.gpus() if self._backend.status().up else ())
+        except Exception:  # the GPU backend failing must cost replica_info only, not the scrape
+            if not self._gpu_failure_logged:
+                self._gpu_failure_logged = True
+                log.exception("cannot list GPUs to resolve training replicas")
+            return GpuDirectory(())

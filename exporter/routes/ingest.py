@@ -1,0 +1,137 @@
+"""PUT and DELETE /api/v1/runs/{run}/workers/{worker}: training telemetry in, schema 1.
+
+Credentials and body size are checked before this router sees a request (ingest/guard.py);
+refusals become counted JSON errors (ingest/handlers.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, FastAPI, Path, Request, Response
+from pydantic import BaseModel
+
+from mirrorwatch.exporter.ingest.errors import IngestError
+from mirrorwatch.exporter.ingest.schema import TrainingSnapshot
+from mirrorwatch.exporter.ingest.store import RunStore
+from mirrorwatch.exporter.state import ExporterState
+
+WORKER_PATH = "/api/v1/runs/{run}/workers/{worker}"
+
+RunId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="run id: 1..64 characters of A-Z a-z 0-9 _ . -",
+    ),
+]
+WorkerIndex = Annotated[
+    int, Path(ge=0, le=1023, description="the worker's task index (TF_CONFIG), 0..1023")
+]
+
+
+class FieldProblem(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every refusal: one sentence that names the field, and a machine-readable reason."""
+
+    error: str
+    reason: str
+    field: str | None = None
+    errors: list[FieldProblem] | None = None
+
+
+class PushAccepted(BaseModel):
+    """What became of an accepted snapshot."""
+
+    run: str
+    worker: int
+    outcome: Literal["created", "updated", "unchanged", "restarted"]
+    sequence: int
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    text = {
+        400: "malformed JSON",
+        401: "missing or wrong bearer token",
+        403: "no token configured and the client is not on loopback",
+        404: "no such worker",
+        409: "stale push: a late retry of an older sequence or an earlier session",
+        413: "body over 1 MiB",
+        415: "body not sent as application/json",
+        422: "schema violation, or a counter that went down within a session",
+        429: "over the run, worker or replica limit",
+    }
+    return {code: {"model": ErrorBody, "description": text[code]} for code in codes}
+
+
+def _store(request: Request) -> RunStore:
+    state: ExporterState = request.app.state.exporter
+    return state.store
+
+
+router = APIRouter(tags=["training telemetry"])
+
+# ingest/guard.py enforces the token before the body is read; the OpenAPI document says so
+# through this scheme rather than a per-request dependency, which would cost every push.
+BEARER_SCHEME = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "the exporter's MIRRORWATCH_INGEST_TOKEN; without one configured, "
+    "only loopback clients are answered",
+}
+_SECURED: dict[str, Any] = {"security": [{"bearer": []}]}
+
+
+def publish_bearer_scheme(app: FastAPI) -> None:
+    """Add the bearer scheme to ``app``'s OpenAPI document (generated once, on first ask)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = generate()
+            schemes = document.setdefault("components", {}).setdefault("securitySchemes", {})
+            schemes["bearer"] = BEARER_SCHEME
+        return app.openapi_schema or {}
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+@router.put(
+    WORKER_PATH,
+    summary="Push one worker's full cumulative training snapshot (schema 1)",
+    responses=_errors(400, 401, 403, 409, 413, 415, 422, 429),
+    openapi_extra=_SECURED,
+)
+async def push_snapshot(
+    run: RunId, worker: WorkerIndex, snapshot: TrainingSnapshot, request: Request
+) -> PushAccepted:
+    # The hot path of every worker's push: `async` with lock-only work, and no sync dependency,
+    # so no threadpool hop.
+    outcome = _store(request).put(run, worker, snapshot)
+    return PushAccepted(run=run, worker=worker, outcome=outcome.value, sequence=snapshot.sequence)
+
+
+@router.delete(
+    WORKER_PATH,
+    status_code=204,
+    response_class=Response,
+    summary="Forget a worker now (its series disappear from the next scrape)",
+    responses=_errors(401, 403, 404, 413, 422),
+    openapi_extra=_SECURED,
+)
+async def forget_worker(run: RunId, worker: WorkerIndex, request: Request) -> Response:
+    if not _store(request).delete(run, worker):
+        raise IngestError(
+            404,
+            "not_found",
+            f"path.worker: worker {worker} of run {run!r} is not known "
+            "(never pushed, already deleted, or expired)",
+            "path.worker",
+        )
+    return Response(status_code=204)

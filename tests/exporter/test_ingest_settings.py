@@ -1,0 +1,113 @@
+"""Ingest settings on the command line: the token file, TTL and limits; bad values exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mirrorwatch.exporter.cli import build_parser, load_settings, main
+
+
+def fail(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--simulate", "healthy", *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err.removeprefix("mirrorwatch-exporter: error: ").strip()
+
+
+def test_a_missing_token_file_flag_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    message = fail(["--ingest-token-file", "/nonexistent/token"], capsys)
+    assert message == (
+        "--ingest-token-file: Value error, cannot read token file /nonexistent/token: "
+        "No such file or directory"
+    )
+
+
+def test_a_missing_token_file_variable_is_named(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MIRRORWATCH_INGEST_TOKEN_FILE", "/nonexistent/token")
+    message = fail([], capsys)
+    assert message.startswith("MIRRORWATCH_INGEST_TOKEN_FILE: Value error, cannot read token")
+
+
+def test_an_empty_token_file_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("\n")
+    assert fail(["--ingest-token-file", str(token_file)], capsys).endswith("is empty")
+
+
+def test_a_token_and_a_token_file_together_are_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("from-file\n")
+    monkeypatch.setenv("MIRRORWATCH_INGEST_TOKEN", "from-env")
+    message = fail(["--ingest-token-file", str(token_file)], capsys)
+    assert message.startswith("--ingest-token-file: Value error, set MIRRORWATCH_INGEST_TOKEN")
+
+
+def test_the_token_file_is_read_stripped(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("  from-file\n")
+    settings = load_settings(build_parser().parse_args(["--ingest-token-file", str(token_file)]))
+    assert settings.ingest_token_value() == "from-file"
+
+
+def test_the_token_itself_is_never_a_flag_and_never_echoed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    message = fail(["--ingest-token", "hunter2"], capsys)
+    assert message.startswith("--ingest-token: a token on the command line shows in `ps`")
+    assert "hunter2" not in message
+
+
+def test_the_token_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIRRORWATCH_INGEST_TOKEN", "from-env")
+    assert load_settings(build_parser().parse_args([])).ingest_token_value() == "from-env"
+
+
+def test_ttl_and_limits_map_onto_settings() -> None:
+    args = ["--run-ttl", "30", "--max-runs", "2", "--max-workers", "8", "--max-replicas", "16"]
+    settings = load_settings(build_parser().parse_args(args))
+    assert (settings.run_ttl, settings.max_runs, settings.max_workers, settings.max_replicas) == (
+        30.0,
+        2,
+        8,
+        16,
+    )
+
+
+def test_the_defaults_are_the_contracts() -> None:
+    settings = load_settings(build_parser().parse_args([]))
+    assert (settings.run_ttl, settings.max_runs, settings.max_workers, settings.max_replicas) == (
+        300.0,
+        64,
+        1024,
+        64,
+    )
+    assert settings.ingest_token_value() is None
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--run-ttl", "0"], "--run-ttl: Input should be greater than 0"),
+        (["--max-runs", "0"], "--max-runs: Input should be greater than or equal to 1"),
+        (["--max-replicas", "5000"], "--max-replicas: Input should be less than or equal to"),
+        (["--max-workers", "many"], "argument --max-workers: invalid int value: 'many'"),
+    ],
+)
+def test_bad_ttl_and_limits_exit_2(
+    capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    assert fail(args, capsys).startswith(expected)
+
+
+def test_empty_token_variables_mean_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIRRORWATCH_INGEST_TOKEN", "")
+    monkeypatch.setenv("MIRRORWATCH_INGEST_TOKEN_FILE", "")
+    assert load_settings(build_parser().parse_args([])).ingest_token_value() is None

@@ -1,0 +1,128 @@
+"""mirrorwatch-train as a user runs it: flags, kill-and-resume, the scaling benchmark."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.recorder import recording_exporter, unused_url
+
+TRAIN = os.path.join(os.path.dirname(sys.executable), "mirrorwatch-train")
+TINY = ["--model", "cnn", "--image-size", "8", "--batch-size", "8", "--verbose", "2"]
+
+
+def train(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [TRAIN, *args], capture_output=True, text=True, timeout=timeout, env=environment()
+    )
+
+
+def environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MIRRORWATCH_")}
+    return {**env, "TF_CPP_MIN_LOG_LEVEL": "2", "MIRRORWATCH_URL": unused_url()}
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--model", "vgg"], "--model"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--steps", "many"], "--steps"),
+        (["--interval", "-1"], "--interval"),
+        (["--token-file", "/nonexistent/token"], "--token-file"),
+        (["--run", "has space"], "--run"),
+        (["--scaling-benchmark", "--steps", "2"], "--steps"),
+        (["--no-such-flag"], "--no-such-flag"),
+    ],
+)
+def test_bad_flag_exits_2_with_one_line_naming_it(flags: list[str], named: str) -> None:
+    result = train(*flags)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert named in result.stderr
+
+
+def test_steps_per_execution_above_one_is_refused_with_the_keras_issue() -> None:
+    result = train("--steps-per-execution", "4")
+    assert result.returncode == 2
+    assert "keras-team/keras/issues/19246" in result.stderr
+    assert "MirroredStrategy" in result.stderr
+
+
+def test_batch_size_must_divide_over_the_replicas() -> None:
+    result = train(*TINY, "--batch-size", "9", "--cpu-replicas", "2")
+    assert result.returncode == 2
+    assert "--batch-size" in result.stderr
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+    checkpoints = tmp_path / "backup"
+    metadata = checkpoints / "training_metadata.json"
+    args = [*TINY, "--steps", "400", "--epochs", "2", "--checkpoint-dir", str(checkpoints)]
+    args += ["--checkpoint-every", "20", "--interval", "30"]
+    process = subprocess.Popen(
+        [TRAIN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=environment(),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # kill it mid-way through epoch 2, once a checkpoint there was written
+            assert process.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline
+            try:
+                state = json.loads(metadata.read_text())
+            except (OSError, ValueError):
+                state = {}
+            if state.get("epoch") == 1 and state.get("batch", 0) >= 40:
+                break
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    killed_at = json.loads(metadata.read_text())
+
+    resumed = train(*args)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    match = re.search(r"resumed from checkpoint at step (\d+) \(epoch (\d+)", resumed.stdout)
+    assert match, resumed.stdout
+    step, epoch = int(match.group(1)), int(match.group(2))
+    assert epoch == 2
+    # Epoch 1's 400 steps and at least the steps of epoch 2 checkpointed before the kill.
+    assert step >= 400 + killed_at["batch"] + 1 - 20
+    assert "Epoch 1/2" not in resumed.stdout
+    assert "Epoch 2/2" in resumed.stdout
+    assert f"finished at step {step + 400}" in resumed.stdout
+    assert not checkpoints.exists()  # a finished run leaves nothing to resume from
+
+
+def test_scaling_benchmark_reports_and_publishes_both_throughputs() -> None:
+    with recording_exporter() as exporter:
+        result = train(
+            *TINY, "--batch-size", "16", "--steps", "30", "--scaling-benchmark",
+            "--url", exporter.url, "--run", "scaling-cli",
+        )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["replicas"] == 2
+    assert report["baseline_examples_per_second"] > 0
+    assert report["examples_per_second"] > 0
+    assert report["speedup"] == pytest.approx(
+        report["examples_per_second"] / report["baseline_examples_per_second"], rel=1e-3
+    )
+    assert report["efficiency_ratio"] == pytest.approx(report["speedup"] / 2, rel=1e-3)
+    assert re.search(r"^\s*1\s+8\s", result.stdout, re.MULTILINE)  # the 1-replica row
+    assert re.search(r"^\s*2\s+16\s", result.stdout, re.MULTILINE)
+    final = exporter.snapshots[-1]
+    assert final.steps_total == 30
+    assert final.scaling is not None
+    assert final.scaling.speedup == pytest.approx(report["speedup"], rel=1e-3)

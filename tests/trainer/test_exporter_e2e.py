@@ -1,0 +1,127 @@
+"""The callback against the real exporter process: what was trained is what it publishes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from mirrorwatch.trainer import MirrorwatchCallback
+from tests.exporter.exporter_process import EXPORTER, free_port, running_exporter
+from tests.trainer.training import EXAMPLES, fit, tiny_model
+
+pytestmark = pytest.mark.usefixtures("clean_env")
+SIMULATE = ["--simulate", "healthy", "--log-level", "warning"]
+
+
+def training_samples(url: str, run: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """``{(sample name, labels without run/worker): value}`` of one run's training series."""
+    text = httpx.get(url + "/metrics", timeout=5).text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("mirrorwatch_training_") and sample.labels.get("run") == run:
+                labels = {k: v for k, v in sample.labels.items() if k not in ("run", "worker")}
+                samples[(sample.name, frozenset(labels.items()))] = sample.value
+    return samples
+
+
+def value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str) -> float:
+    [found] = [v for (n, labels), v in samples.items() if n == name and not labels]
+    return found
+
+
+def simulated_gpus(url: str) -> list[dict[str, Any]]:
+    gpus: list[dict[str, Any]] = httpx.get(url + "/api/v1/gpus", timeout=5).json()["gpus"]
+    return gpus
+
+
+def test_mirrored_fit_is_published_by_the_exporter(
+    strategy: Any, clean_env: pytest.MonkeyPatch
+) -> None:
+    with running_exporter(SIMULATE, wait_for="/readyz") as exporter:
+        gpus = simulated_gpus(exporter.url)[:2]
+        clean_env.setenv(
+            "MIRRORWATCH_REPLICA_PCI_BUS_IDS", ",".join(gpu["pci_bus_id"] for gpu in gpus)
+        )
+        callback = MirrorwatchCallback(
+            url=exporter.url, run="e2e-mirrored", global_batch_size=16, interval=0.2
+        )
+        fit(tiny_model(strategy), [callback], epochs=3)
+        samples = training_samples(exporter.url, "e2e-mirrored")
+    assert value(samples, "mirrorwatch_training_steps_total") == 3 * EXAMPLES // 16
+    assert value(samples, "mirrorwatch_training_examples_total") == 3 * EXAMPLES
+    assert value(samples, "mirrorwatch_training_replicas") == 2
+    assert value(samples, "mirrorwatch_training_active") == 0
+    replica_info = {
+        (dict(labels)["replica"], dict(labels)["gpu"], dict(labels)["uuid"])
+        for (name, labels), _ in samples.items()
+        if name == "mirrorwatch_training_replica_info"
+    }
+    assert replica_info == {
+        (str(replica), str(gpu["index"]), gpu["uuid"]) for replica, gpu in enumerate(gpus)
+    }
+
+
+@contextmanager
+def exporter_on(port: int) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [EXPORTER, "--listen", f"127.0.0.1:{port}", *SIMULATE],
+        env=os.environ.copy(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(15)
+
+
+def test_exporter_restarted_mid_run_ends_with_the_right_totals(strategy: Any) -> None:
+    import keras
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    exporters: list[Any] = []
+
+    class RestartExporter(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if epoch == 1:  # down for a whole epoch, then a fresh process with no memory
+                exporters[-1].__exit__(None, None, None)
+            if epoch == 2:
+                exporters.append(exporter_on(port))
+                exporters[-1].__enter__()
+
+    exporters.append(exporter_on(port))
+    exporters[-1].__enter__()
+    try:
+        callback = MirrorwatchCallback(
+            url=url, run="e2e-restart", global_batch_size=16, interval=0.1
+        )
+        fit(tiny_model(strategy), [callback, RestartExporter()], epochs=5)
+        samples = training_samples(url, "e2e-restart")
+    finally:
+        exporters[-1].__exit__(None, None, None)
+    assert value(samples, "mirrorwatch_training_steps_total") == 5 * EXAMPLES // 16
+    assert value(samples, "mirrorwatch_training_examples_total") == 5 * EXAMPLES
+    assert callback.telemetry_dropped_total >= 1

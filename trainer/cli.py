@@ -1,0 +1,165 @@
+"""mirrorwatch-train: a MirroredStrategy training run, always instrumented with the callback.
+
+Synthetic data by default (nothing is downloaded). Without GPUs it trains on ``--cpu-replicas``
+logical CPU devices, so the whole pipeline can be shown on any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from mirrorwatch.trainer.pusher import RUN_PATTERN
+
+MODELS = ("cnn", "resnet50", "transformer")  # see mirrorwatch.trainer.models
+
+KERAS_19246 = (
+    "--steps-per-execution must be 1 under MirroredStrategy: larger values fail in this Keras "
+    "(https://github.com/keras-team/keras/issues/19246)"
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line that names the flag, as every mirrorwatch command does; exit code 2.
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive seconds, got {text}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="mirrorwatch-train",
+        description="Train a model under MirroredStrategy with mirrorwatch telemetry.",
+    )
+    p.add_argument("--model", choices=MODELS, default="cnn", help="what to train (default cnn)")
+    p.add_argument("--batch-size", type=_positive, default=64, help="global batch size")
+    p.add_argument("--steps", type=_positive, default=100, help="steps per epoch (default 100)")
+    p.add_argument("--epochs", type=_positive, default=1)
+    p.add_argument(
+        "--cpu-replicas",
+        type=_positive,
+        default=2,
+        help="logical CPU devices to mirror over when there is no GPU (default 2)",
+    )
+    p.add_argument("--steps-per-execution", type=_positive, default=1, help=KERAS_19246)
+    p.add_argument("--mixed-precision", action="store_true", help="float16 (bfloat16 on CPU)")
+    p.add_argument("--image-size", type=_positive, help="image side (224 resnet50, else 32)")
+    p.add_argument("--data", help="an image directory (a folder per class) or TFRecord file(s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint-dir", help="back up here and resume from here after a crash")
+    p.add_argument("--checkpoint-every", type=_positive, default=1000, help="steps (default 1000)")
+    p.add_argument(
+        "--scaling-benchmark",
+        action="store_true",
+        help="train --steps steps on 1 replica, then on all; report speedup and efficiency",
+    )
+    p.add_argument("--url", help="exporter URL (default $MIRRORWATCH_URL or 127.0.0.1:9848)")
+    p.add_argument("--run", help="run id (default $MIRRORWATCH_RUN or a fresh id)")
+    p.add_argument("--token-file", help="file with the ingest token ($MIRRORWATCH_INGEST_TOKEN)")
+    p.add_argument("--interval", type=_seconds, default=5.0, help="seconds between pushes")
+    p.add_argument("--verbose", choices=("auto", "0", "1", "2"), default="auto")
+    return p
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"mirrorwatch-train: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token_file is None:
+        return os.environ.get("MIRRORWATCH_INGEST_TOKEN") or None
+    try:
+        with open(args.token_file, encoding="utf-8") as file:
+            token = file.read().strip()
+    except OSError as error:
+        _fail(f"--token-file: cannot read {args.token_file}: {error.strerror}")
+    if not token:
+        _fail(f"--token-file: {args.token_file} is empty")
+    return token
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.steps_per_execution > 1:
+        _fail(KERAS_19246)
+    if args.scaling_benchmark and args.steps < 3:
+        _fail("--steps must be at least 3 with --scaling-benchmark (the first step is tracing)")
+    if args.data is not None and not os.path.exists(args.data):
+        _fail(f"--data: no such file or directory: {args.data}")
+    token = _token(args)
+    if args.run is not None and not RUN_PATTERN.match(args.run):
+        _fail(f"--run must be 1 to 64 characters of [A-Za-z0-9_.-], got {args.run!r}")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from mirrorwatch.trainer import training
+
+    strategy, devices = training.mirrored_strategy(args.cpu_replicas)
+    if args.batch_size % len(devices):
+        _fail(f"--batch-size {args.batch_size} must be a multiple of the {len(devices)} replicas")
+    if args.mixed_precision:
+        training.use_mixed_precision(on_gpu="GPU" in devices[0])
+    from mirrorwatch.trainer.callback import MirrorwatchCallback
+    from mirrorwatch.trainer.models import Job, classes_in, default_image_size
+
+    job = Job(
+        model=args.model,
+        image_size=args.image_size or default_image_size(args.model),
+        data=args.data,
+        seed=args.seed,
+        classes=classes_in(args.data),
+    )
+    callback = MirrorwatchCallback(
+        url=args.url,
+        run=args.run,
+        token=token,
+        global_batch_size=args.batch_size,
+        interval=args.interval,
+    )
+    verbose: Any = args.verbose if args.verbose == "auto" else int(args.verbose)
+    print(
+        f"mirrorwatch-train: {job.model} on {len(devices)} replicas ({', '.join(devices)}), "
+        f"global batch {args.batch_size}; run {callback.run} -> {callback.url}",
+        flush=True,
+    )
+    if args.scaling_benchmark:
+        result = training.scaling_benchmark(
+            job, strategy, devices, args.batch_size, args.steps, callback, verbose
+        )
+        print(result.table(), flush=True)
+        print(json.dumps(result.as_dict()), flush=True)
+        return 0
+    training.train(
+        job,
+        strategy,
+        args.batch_size,
+        args.steps,
+        args.epochs,
+        callback,
+        verbose,
+        args.checkpoint_dir,
+        args.checkpoint_every,
+    )
+    return 0

@@ -1,0 +1,183 @@
+"""The daemon thread that PUTs snapshots to the exporter: off the training thread, never raising.
+
+Every ``interval`` seconds it builds a full cumulative snapshot and PUTs it with a short
+timeout. A failed push is given up on (the next snapshot carries everything anyway) and counted
+in ``telemetry_dropped_total``; connection failures back off exponentially. At the end one
+final snapshot goes out within the deadline the caller gives.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import random
+import re
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from urllib.parse import urlsplit
+
+log = logging.getLogger("mirrorwatch.trainer")
+
+# The contract's run id: it is a path segment of the ingest URL.
+RUN_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+MAX_BACKOFF_SECONDS = 60.0
+PUSH_TIMEOUT_SECONDS = 2.0
+
+
+class Outcome(Enum):
+    ACCEPTED = "accepted"
+    STALE = "stale"  # 409: the exporter already has a newer snapshot of this session
+    REJECTED = "rejected"  # any other 4xx: this snapshot will never be accepted
+    UNREACHABLE = "unreachable"  # connection refused, timeout, 5xx: try again later
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one worker's snapshots go: ``PUT {url}/api/v1/runs/{run}/workers/{worker}``."""
+
+    scheme: str
+    host: str
+    port: int | None
+    path: str
+    token: str | None
+
+    @classmethod
+    def parse(cls, url: str, run: str, worker: int, token: str | None) -> Endpoint:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"url must be http://host:port or https://host:port, got {url!r}")
+        path = f"{parts.path.rstrip('/')}/api/v1/runs/{run}/workers/{worker}"
+        return cls(parts.scheme, parts.hostname, parts.port, path, token or None)
+
+
+def put(endpoint: Endpoint, body: bytes, timeout: float) -> tuple[Outcome, str]:
+    """One PUT; the outcome and, for anything but success, a short reason."""
+    connection: http.client.HTTPConnection
+    if endpoint.scheme == "https":
+        connection = http.client.HTTPSConnection(endpoint.host, endpoint.port, timeout=timeout)
+    else:
+        connection = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout)
+    headers = {"Content-Type": "application/json", "Connection": "close"}
+    if endpoint.token:
+        headers["Authorization"] = f"Bearer {endpoint.token}"
+    try:
+        connection.request("PUT", endpoint.path, body=body, headers=headers)
+        response = connection.getresponse()
+        detail = response.read(4096).decode("utf-8", "replace")
+    except (OSError, http.client.HTTPException, ssl.SSLError) as error:
+        return Outcome.UNREACHABLE, f"{type(error).__name__}: {error}"
+    finally:
+        connection.close()
+    status = response.status
+    if 200 <= status < 300:
+        return Outcome.ACCEPTED, ""
+    if status == 409:
+        return Outcome.STALE, detail
+    if 400 <= status < 500:
+        return Outcome.REJECTED, f"HTTP {status}: {detail}"
+    return Outcome.UNREACHABLE, f"HTTP {status}: {detail}"
+
+
+# Builds the body of push number `sequence`, given `dropped` pushes given up on so far.
+BuildBody = Callable[[bool, int, int], bytes]
+
+
+class Pusher:
+    """Owns the push thread, the sequence number and the count of pushes given up on."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        build_body: BuildBody,
+        interval: float,
+        prepare: Callable[[], None] | None = None,
+        push_timeout: float | None = None,
+    ) -> None:
+        self._endpoint = endpoint
+        self._build_body = build_body
+        self._interval = interval
+        self._prepare = prepare
+        # A push should not outlast the interval: at most 2 s, at least 0.5 s for slow links.
+        self._push_timeout = push_timeout or min(PUSH_TIMEOUT_SECONDS, max(0.5, interval))
+        self._stop = threading.Event()
+        self._final_deadline = 0.0
+        self._thread: threading.Thread | None = None
+        self._warned: set[str] = set()
+        self.sequence = 0
+        self.dropped_total = 0
+        self.accepted_total = 0
+        self.final_outcome: Outcome | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="mirrorwatch-pusher", daemon=True)
+        self._thread.start()
+
+    def stop(self, deadline_seconds: float) -> bool:
+        """Ask for the final snapshot and wait at most ``deadline_seconds``; True if it finished."""
+        thread = self._thread
+        if thread is None:
+            return True
+        self._final_deadline = time.monotonic() + deadline_seconds
+        self._stop.set()
+        thread.join(deadline_seconds)
+        self._thread = None
+        return not thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            if self._prepare is not None:
+                try:
+                    self._prepare()
+                except Exception as error:  # the pushes go on without what it would add
+                    self._warn_once("prepare", f"mirrorwatch: cannot map replicas: {error!r}")
+            failures = 0
+            delay = 0.0  # the first snapshot goes out at once: the exporter learns of the run
+            while not self._stop.wait(delay):
+                outcome = self._push(active=True, timeout=self._push_timeout)
+                failures = failures + 1 if outcome is Outcome.UNREACHABLE else 0
+                delay = self._interval
+                if failures:
+                    backoff = min(self._interval * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
+                    delay = max(self._interval, backoff) * random.uniform(0.9, 1.1)
+            remaining = self._final_deadline - time.monotonic()
+            if remaining > 0.05:
+                self.final_outcome = self._push(active=False, timeout=remaining)
+        except Exception as error:  # never let telemetry take anything down; say so once
+            self._warn_once("crash", f"mirrorwatch: telemetry stopped: {error!r}")
+
+    def _push(self, active: bool, timeout: float) -> Outcome:
+        self.sequence += 1
+        try:
+            body = self._build_body(active, self.sequence, self.dropped_total)
+        except Exception as error:  # e.g. a value outside the schema: skip this one, say so
+            self.dropped_total += 1
+            self._warn_once("build", f"mirrorwatch: cannot build a snapshot: {error!r}")
+            return Outcome.REJECTED
+        try:
+            outcome, reason = put(self._endpoint, body, timeout)
+        except (ValueError, socket.gaierror) as error:  # a malformed host or port
+            outcome, reason = Outcome.UNREACHABLE, repr(error)
+        if outcome is Outcome.ACCEPTED:
+            self.accepted_total += 1
+        elif outcome is Outcome.REJECTED:
+            self.dropped_total += 1
+            self._warn_once("rejected", f"mirrorwatch: the exporter rejected a snapshot: {reason}")
+        elif outcome is Outcome.UNREACHABLE:
+            self.dropped_total += 1
+            self._warn_once(
+                "unreachable",
+                f"mirrorwatch: cannot reach the exporter at {self._endpoint.host}:"
+                f"{self._endpoint.port} ({reason}); training goes on, telemetry retries",
+            )
+        return outcome
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning(message)

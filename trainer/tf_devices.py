@@ -1,0 +1,116 @@
+"""What TensorFlow and NVML say about the replicas' devices; the only place that asks them.
+
+TensorFlow is imported lazily and typed as ``Any`` here, so the rest of the package stays
+strictly typed. Every function answers "don't know" (an empty result, None) instead of raising.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Sequence
+from typing import Any
+
+log = logging.getLogger("mirrorwatch.trainer")
+
+_DEFAULT_STRATEGY_CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
+_BUS_ID_PARTS = re.compile(r"^([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
+
+
+def replica_devices(strategy: Any) -> list[str]:
+    """The strategy's replica devices in replica order (one for the default strategy)."""
+    try:
+        return [str(device) for device in strategy.extended.worker_devices]
+    except (AttributeError, RuntimeError, NotImplementedError):
+        pass  # the default strategy has no worker_devices: one replica, on the first device
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    return [str(gpus[0].name)] if gpus else [_DEFAULT_STRATEGY_CPU]
+
+
+def gpu_descriptions() -> tuple[list[tuple[str, str]], list[int]]:
+    """``(device name, physical_device_desc)`` of each GPU TensorFlow lists, and logical GPUs per
+    physical GPU (more than one where a GPU was split with a logical device configuration)."""
+    import tensorflow as tf
+    from tensorflow.python.client import device_lib
+    from tensorflow.python.eager import context
+
+    try:
+        physical = tf.config.list_physical_devices("GPU")
+    except (RuntimeError, ValueError):
+        return [], []
+    if not physical:
+        return [], []
+    per_physical = []
+    for device in physical:
+        try:
+            configuration = tf.config.get_logical_device_configuration(device)
+        except (RuntimeError, ValueError):
+            configuration = None
+        per_physical.append(len(configuration) if configuration else 1)
+    try:
+        listed = device_lib.list_local_devices(context.context().config)
+    except (RuntimeError, ValueError, TypeError):
+        try:
+            listed = device_lib.list_local_devices()
+        except (RuntimeError, ValueError) as error:
+            log.info("mirrorwatch: TensorFlow's device list is unavailable: %s", error)
+            return [], per_physical
+    return [
+        (str(device.name), str(device.physical_device_desc))
+        for device in listed
+        if device.device_type == "GPU"
+    ], per_physical
+
+
+def _nvml_spelling(bus_id: str) -> str:
+    match = _BUS_ID_PARTS.match(bus_id)
+    if match is None:
+        return bus_id
+    domain, bus, device, function = match.groups()
+    return f"{int(domain, 16):08X}:{bus.upper()}:{device.upper()}.{function}"
+
+
+def nvml_uuids(bus_ids: Sequence[str]) -> dict[str, str]:
+    """``{bus id: NVML UUID}`` for the bus ids NVML knows; empty without pynvml or NVML.
+
+    Asks ``nvmlDeviceGetHandleByPciBusId``: a bus id names the same GPU whatever order CUDA or
+    ``CUDA_VISIBLE_DEVICES`` gave it. NVML is started and shut down once, here.
+    """
+    if not bus_ids:
+        return {}
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        log.info("mirrorwatch: NVML unavailable (%s); sending PCI bus ids only", error)
+        return {}
+    found: dict[str, str] = {}
+    try:
+        for bus_id in dict.fromkeys(bus_ids):
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByPciBusId(_nvml_spelling(bus_id))
+                uuid = pynvml.nvmlDeviceGetUUID(handle)
+            except pynvml.NVMLError:
+                continue
+            found[bus_id] = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+    return found
+
+
+def memory_bytes(device: str) -> tuple[float, float] | None:
+    """``(current, peak)`` bytes TensorFlow has allocated on GPU ``device``, or None."""
+    import tensorflow as tf
+
+    try:
+        info = tf.config.experimental.get_memory_info(device)
+    except (RuntimeError, ValueError, TypeError):
+        return None
+    return float(info["current"]), float(info["peak"])

@@ -1,0 +1,217 @@
+"""mirrorwatch-train's training: the strategy, checkpoints and resume, the scaling benchmark."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from mirrorwatch.trainer.callback import MirrorwatchCallback
+from mirrorwatch.trainer.meter import StepMeter
+from mirrorwatch.trainer.models import Job, build_model, dataset
+
+
+def mirrored_strategy(cpu_replicas: int) -> tuple[Any, list[str]]:
+    """MirroredStrategy over the visible GPUs, else over ``cpu_replicas`` logical CPU devices."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        for gpu in gpus:
+            # Already initialised or split into logical devices: keep it as configured.
+            with contextlib.suppress(RuntimeError, ValueError):
+                tf.config.experimental.set_memory_growth(gpu, True)
+        devices = [device.name for device in tf.config.list_logical_devices("GPU")]
+    else:
+        cpus = tf.config.list_physical_devices("CPU")
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * cpu_replicas
+        )
+        devices = [device.name for device in tf.config.list_logical_devices("CPU")]
+    return tf.distribute.MirroredStrategy(devices), devices
+
+
+def use_mixed_precision(on_gpu: bool) -> None:
+    # float16 needs a GPU to be fast; CPUs with AVX512-BF16/AMX do bfloat16.
+    keras.mixed_precision.set_global_policy("mixed_float16" if on_gpu else "mixed_bfloat16")
+
+
+class _ResumeReport(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped
+    """Says where a resumed run picked up: runs after BackupAndRestore has restored state."""
+
+    def __init__(self, metadata: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.metadata = metadata
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        if self.metadata is None:
+            return
+        step = int(self.model.optimizer.iterations.numpy())  # once, before the first step
+        print(
+            f"mirrorwatch-train: resumed from checkpoint at step {step} "
+            f"(epoch {int(self.metadata.get('epoch', 0)) + 1}, "
+            f"batch {int(self.metadata.get('batch', 0)) + 1})",
+            flush=True,
+        )
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        step = int(self.model.optimizer.iterations.numpy())
+        print(f"mirrorwatch-train: finished at step {step}", flush=True)
+
+
+def _checkpoint_metadata(directory: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(directory, "training_metadata.json"), encoding="utf-8") as file:
+            metadata: dict[str, Any] = json.load(file)
+    except (OSError, ValueError):
+        return None
+    return metadata
+
+
+def train(
+    job: Job,
+    strategy: Any,
+    global_batch_size: int,
+    steps: int,
+    epochs: int,
+    callback: MirrorwatchCallback,
+    verbose: Any,
+    checkpoint_dir: str | None,
+    checkpoint_every: int,
+) -> Any:
+    """Fit ``epochs`` epochs of ``steps`` steps; back up every N steps and resume, if asked.
+
+    Keras's BackupAndRestore restores the weights and optimizer state of the last backup and
+    the epoch it was in; that epoch then runs from its first batch again.
+    """
+    with strategy.scope():
+        model = build_model(job)
+    callbacks: list[Any] = [callback]
+    if checkpoint_dir is not None:
+        callbacks += [
+            keras.callbacks.BackupAndRestore(
+                checkpoint_dir, save_freq=checkpoint_every, double_checkpoint=True
+            ),
+            _ResumeReport(_checkpoint_metadata(checkpoint_dir)),
+        ]
+    return model.fit(
+        dataset(job, global_batch_size),
+        epochs=epochs,
+        steps_per_epoch=steps,
+        callbacks=callbacks,
+        verbose=verbose,
+        shuffle=False,  # tf.data: the dataset decides; this silences Keras's reminder
+    )
+
+
+class _Throughput(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped
+    """The callback's own step meter, without telemetry: the 1-replica baseline."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meter = StepMeter()
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self.meter.begin_step(time.perf_counter())
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self.meter.end_step(batch, time.perf_counter(), None)
+
+    def steps_per_second(self) -> float:
+        reading = self.meter.read()
+        if reading.measured_seconds <= 0:
+            raise RuntimeError("the scaling benchmark measured no steps")
+        return reading.measured_steps / reading.measured_seconds
+
+
+@dataclass(frozen=True)
+class ScalingResult:
+    replicas: int
+    baseline_batch_size: int
+    global_batch_size: int
+    baseline_examples_per_second: float
+    examples_per_second: float
+
+    @property
+    def speedup(self) -> float:
+        return self.examples_per_second / self.baseline_examples_per_second
+
+    @property
+    def efficiency(self) -> float:
+        return self.speedup / self.replicas
+
+    def table(self) -> str:
+        rows = [
+            ("replicas", "global batch", "examples/s", "speedup", "efficiency"),
+            ("1", str(self.baseline_batch_size), f"{self.baseline_examples_per_second:.1f}",
+             "1.00", "1.00"),
+            (str(self.replicas), str(self.global_batch_size), f"{self.examples_per_second:.1f}",
+             f"{self.speedup:.2f}", f"{self.efficiency:.2f}"),
+        ]  # fmt: skip
+        widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+        return "\n".join(
+            "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
+            for row in rows
+        )
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "replicas": self.replicas,
+            "baseline_examples_per_second": round(self.baseline_examples_per_second, 3),
+            "examples_per_second": round(self.examples_per_second, 3),
+            "speedup": round(self.speedup, 4),
+            "efficiency_ratio": round(self.efficiency, 4),
+        }
+
+
+def scaling_benchmark(
+    job: Job,
+    strategy: Any,
+    devices: list[str],
+    global_batch_size: int,
+    steps: int,
+    callback: MirrorwatchCallback,
+    verbose: Any,
+) -> ScalingResult:
+    """The same model for ``steps`` steps on one replica, then on all (the same batch each).
+
+    Weak scaling, as data-parallel training is judged: every replica gets the per-replica
+    batch both times, so ideal speedup equals the replica count. The first (tracing) step of
+    each phase is left out of its throughput. The instrumented run publishes the result.
+    """
+    per_replica = global_batch_size // len(devices)
+    print(f"mirrorwatch-train: scaling benchmark, {steps} steps on 1 replica", flush=True)
+    baseline = _Throughput()
+    with tf.distribute.MirroredStrategy(devices[:1]).scope():
+        single = build_model(job)
+    single.fit(
+        dataset(job, per_replica), epochs=1, steps_per_epoch=steps, callbacks=[baseline],
+        verbose=verbose, shuffle=False,
+    )  # fmt: skip
+    baseline_examples = baseline.steps_per_second() * per_replica
+    callback.set_scaling_baseline(baseline_examples)
+    print(
+        f"mirrorwatch-train: scaling benchmark, {steps} steps on {len(devices)} replicas",
+        flush=True,
+    )
+    with strategy.scope():
+        model = build_model(job)
+    model.fit(
+        dataset(job, global_batch_size), epochs=1, steps_per_epoch=steps,
+        callbacks=[callback], verbose=verbose, shuffle=False,
+    )  # fmt: skip
+    # The callback's own measure: the table shows what the exporter was sent.
+    examples = callback.steady_examples_per_second()
+    if examples is None:
+        raise RuntimeError("the scaling benchmark measured no steps")
+    return ScalingResult(
+        replicas=len(devices),
+        baseline_batch_size=per_replica,
+        global_batch_size=global_batch_size,
+        baseline_examples_per_second=baseline_examples,
+        examples_per_second=examples,
+    )
