@@ -53,7 +53,7 @@ ALERT_SETTINGS: dict[str, dict[str, Kind]] = {
     "TrainingStalled": {"no_step_window": "duration"},
     "TrainingThroughputDrop": {"below_baseline_ratio": "ratio"},
     "TrainingScalingEfficiencyLow": {"efficiency_ratio": "ratio"},
-    "TrainingTelemetryStale": {"stale_after_seconds": "number"},
+    "TrainingTelemetryStale": {"stale_after_seconds": "number", "run_ttl_seconds": "number"},
     "MirrorwatchExporterDown": {},
     "MirrorwatchNvmlUnavailable": {},
     "Watchdog": {},
@@ -691,6 +691,7 @@ def training_alerts(c: Config, b: RuleBuilder) -> list[Rule]:
     drop = c.number("TrainingThroughputDrop", "below_baseline_ratio")
     efficiency = c.number("TrainingScalingEfficiencyLow", "efficiency_ratio")
     stale = c.number("TrainingTelemetryStale", "stale_after_seconds")
+    run_ttl = c.number("TrainingTelemetryStale", "run_ttl_seconds")
     worker = "worker {{ $labels.worker }} of run {{ $labels.run }} on {{ $labels.instance }}"
     return [
         b.alert(
@@ -740,7 +741,12 @@ def training_alerts(c: Config, b: RuleBuilder) -> list[Rule]:
         ),
         b.alert(
             "TrainingTelemetryStale",
-            f"time() - mirrorwatch_training_last_push_timestamp_seconds > {num(stale)}",
+            # A worker that said it finished (active 0 within the TTL) is not stale; one that
+            # went silent stays stale after the exporter marks it inactive at one TTL.
+            f"time() - mirrorwatch_training_last_push_timestamp_seconds > {num(stale)}"
+            " and on (job, instance, run, worker) (mirrorwatch_training_active == 1"
+            " or time() - mirrorwatch_training_last_push_timestamp_seconds"
+            f" >= {num(run_ttl)})",
             "warning",
             "Run {{ $labels.run }} on {{ $labels.instance }} stopped sending telemetry",
             f"The {worker}, {GPUS_OF_WORKER}, last pushed telemetry "

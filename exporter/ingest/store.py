@@ -3,6 +3,8 @@
 A worker is known by ``(run, worker)``. Its session id tells a restart (a new session: its
 counters start again) from a late retry (the same session with an older sequence: refused).
 A worker not heard from for one TTL reads as inactive; after a second TTL it is forgotten.
+A worker that said it finished (``active: false``) is forgotten after one TTL: its final
+values stay visible that long, and a finished run is never mistaken for a silent one.
 Expiry is evaluated lazily, against an injectable clock, whenever the store is used.
 """
 
@@ -126,10 +128,15 @@ class RunStore:
     def views(self) -> list[WorkerView]:
         """Every known worker, in push order (least recent first), with its activity now."""
         now = self._clock.monotonic()
+        ttl = self.limits.ttl_seconds
         with self._lock:
             self._expire(now)
+            # Once per scrape, not per push: finished workers leave after one TTL.
+            for key, entry in list(self._entries.items()):
+                if not entry.snapshot.active and now - entry.received_monotonic >= ttl:
+                    del self._entries[key]
+                    self._forget_worker_of(entry.run)
             entries = list(self._entries.values())
-        ttl = self.limits.ttl_seconds
         return [
             WorkerView(entry, entry.snapshot.active and now - entry.received_monotonic < ttl)
             for entry in entries

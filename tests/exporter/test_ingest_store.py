@@ -108,6 +108,15 @@ def test_a_silent_worker_is_forgotten_after_two_ttls(store: RunStore, clock: Fak
     assert store.views() == []
 
 
+def test_a_finished_worker_is_forgotten_after_one_ttl(store: RunStore, clock: FakeClock) -> None:
+    store.put("r", 0, snapshot(active=False))
+    store.put("r", 1, snapshot())
+    clock.advance(59.9)
+    assert [view.active for view in store.views()] == [False, True]
+    clock.advance(0.1)
+    assert [(view.entry.worker, view.active) for view in store.views()] == [(1, False)]
+
+
 def test_a_push_keeps_a_worker_fresh(store: RunStore, clock: FakeClock) -> None:
     store.put("r", 0, snapshot())
     clock.advance(50)
