@@ -18,6 +18,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # prometheus_client's text-format type names for OpenMetrics types.
 _TEXT_TYPES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram"}
 _TRAILING_SUFFIXES = ("_created", "_gsum", "_gcount")
+_NON_FINITE = frozenset({"inf", "-inf", "nan"})
 
 
 def _escape_value(value: str) -> str:
@@ -38,17 +39,20 @@ class TextRenderer:
     def _label_text(self, labels: dict[str, str]) -> str:
         if not labels:
             return ""
-        key = tuple(sorted(labels.items()))
+        # A family adds its labels in one fixed order, so the unsorted items are a fine key.
+        key = tuple(labels.items())
         text = self._labels.get(key)
         if text is None:
             if len(self._labels) >= self._cache_size:  # label churn: start afresh, stay bounded
                 self._labels.clear()
-            text = "{" + ",".join(f'{k}="{_escape_value(v)}"' for k, v in key) + "}"
+            pairs = sorted(key)
+            text = "{" + ",".join(f'{k}="{_escape_value(v)}"' for k, v in pairs) + "}"
             self._labels[key] = text
         return text
 
     def render(self, families: Iterable[Metric]) -> bytes:
         output: list[str] = []
+        label_text = self._label_text
         for family in families:
             name, kind = family.name, family.type
             if kind == "counter":
@@ -59,16 +63,12 @@ class TextRenderer:
             documentation = _escape_help(family.documentation)
             output.append(f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n")
             trailing: dict[str, list[str]] = {}
+            trailing_names = {family.name + suffix: suffix for suffix in _TRAILING_SUFFIXES}
             for sample in family.samples:
-                line = (
-                    f"{sample.name}{self._label_text(sample.labels)} "
-                    f"{floatToGoString(sample.value)}"  # type: ignore[no-untyped-call]
-                )
+                line = f"{sample.name}{label_text(sample.labels)} {_go_float(sample.value)}"
                 if sample.timestamp is not None:
                     line += f" {int(float(sample.timestamp) * 1000):d}"
-                suffix = next(
-                    (s for s in _TRAILING_SUFFIXES if sample.name == family.name + s), None
-                )
+                suffix = trailing_names.get(sample.name)
                 if suffix is None:
                     output.append(line + "\n")
                 else:  # OpenMetrics-only samples become their own gauge at the end
@@ -78,3 +78,12 @@ class TextRenderer:
                 output.append(f"# HELP {extra} {documentation}\n# TYPE {extra} gauge\n")
                 output.extend(lines)
         return "".join(output).encode("utf-8")
+
+
+def _go_float(value: float) -> str:
+    """prometheus_client's floatToGoString, without its work for the common short floats."""
+    text = repr(float(value))
+    if text.find(".") > 6 or text in _NON_FINITE:  # Go's exponent form; +Inf, -Inf, NaN
+        go_text: str = floatToGoString(value)  # type: ignore[no-untyped-call]
+        return go_text
+    return text

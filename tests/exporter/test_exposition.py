@@ -45,6 +45,8 @@ def test_awkward_values_types_and_help_render_identically() -> None:
     gauge = GaugeMetricFamily("g", 'help with \\ and\nnewline "quoted"', labels=["a", "b"])
     gauge.add_metric(['back\\slash "quote"\nnewline', "ü"], float("nan"))
     gauge.add_metric(["inf", ""], float("inf"), timestamp=1700000000.5)
+    for number, value in enumerate((1234567.0, -123456.7, 1e16, 0.1, -0.0, 5e-324, float("-inf"))):
+        gauge.add_metric(["big", str(number)], value)
     counter = CounterMetricFamily("c", "a counter", labels=["x"], created=None)
     counter.add_metric(["1"], 1e21, created=1700000000.0)
     histogram = HistogramMetricFamily("h", "a histogram", labels=["run"])
