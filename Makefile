@@ -9,7 +9,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SCENARIO ?= healthy
 EXPORTER_LISTEN ?= 127.0.0.1:9848
 
-.PHONY: setup tools install test lint typecheck pytest bench demo alerts clean
+.PHONY: setup tools install test lint typecheck pytest bench demo alerts dashboards clean
 
 ## setup: the virtual environment with the project and its test tools, plus promtool/amtool
 setup: install tools
@@ -42,7 +42,7 @@ lint: install
 
 typecheck: install
 	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer
-	$(VENV)/bin/mypy tests bench alerts/build_rules.py
+	$(VENV)/bin/mypy tests bench alerts/build_rules.py dashboards
 
 pytest: install tools
 	$(VENV)/bin/pytest
@@ -50,6 +50,10 @@ pytest: install tools
 ## alerts: regenerate alerts/mirrorwatch.rules.yml from alerts/thresholds.yml
 alerts: install
 	$(PY) alerts/build_rules.py
+
+## dashboards: regenerate dashboards/json/*.json from the Python sources in dashboards/
+dashboards: install
+	$(PY) -m dashboards.build
 
 ## bench: benchmarks; results land in bench/results/*.json
 bench: install

@@ -1,0 +1,311 @@
+"""Every dashboard query answers with data from a real Prometheus scraping simulated hosts.
+
+One Prometheus (Debian's binary) scrapes two simulated dual-GPU exporters every second, one
+job per scenario, with the project's recording and alerting rules evaluated every second.
+Each exporter gets a training run through the ingest API, pushed every second. Panels that
+are legitimately empty on a healthy host are listed in FILLED_BY with the scenario that fills
+them, and checked there.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from mirrorwatch.exporter.ingest.schema import (
+    STEP_DURATION_BUCKETS,
+    Replica,
+    Scaling,
+    StepDurations,
+    TrainingSnapshot,
+)
+from tests.dashboards.queries import (
+    ANNOTATION,
+    RULES,
+    Target,
+    all_targets,
+    expand,
+    label_values,
+    load_dashboards,
+    query_variables,
+)
+from tests.exporter.exporter_process import RunningExporter, free_port, running_exporter
+
+SCENARIOS = ("healthy", "xid")
+# $__rate_interval as Grafana computes it for a 1 s scrape interval is 4 s; a little more
+# keeps the check independent of scrape jitter.
+RATE_INTERVAL = "10s"
+# What a healthy host leaves empty, and the scenario that fills it.
+FILLED_BY: dict[tuple[str, str], str] = {
+    ("GPU host", "XID errors"): "xid",
+    ("GPU host", "Firing alerts"): "xid",
+    ("Training balance", "Firing alerts"): "xid",
+    ("Fleet", "Firing alerts"): "xid",
+    ("GPU host", ANNOTATION): "xid",
+    ("Training balance", ANNOTATION): "xid",
+    ("Fleet", ANNOTATION): "xid",
+}
+STEP_SECONDS = 0.04
+PROMETHEUS_START_SECONDS = 30
+# XID 43 comes 20 s after the xid exporter starts; GpuXidError fires on it at once.
+DATA_DEADLINE_SECONDS = 60
+
+
+def job(scenario: str) -> str:
+    return f"mirrorwatch-{scenario}"
+
+
+def run_name(scenario: str) -> str:
+    return f"run-{scenario}"
+
+
+def prometheus_binary() -> str:
+    path = shutil.which("prometheus")
+    if path is None:
+        pytest.fail(
+            "prometheus is not installed: run `make tools` (Debian package prometheus)",
+            pytrace=False,
+        )
+    return path
+
+
+@dataclass
+class Stack:
+    prometheus: str
+    exporters: dict[str, RunningExporter]
+
+    def query_range(self, expr: str, seconds: int = 20) -> list[dict[str, Any]]:
+        end = time.time()
+        response = httpx.get(
+            f"{self.prometheus}/api/v1/query_range",
+            params={"query": expr, "start": end - seconds, "end": end, "step": 1},
+            timeout=10,
+        )
+        body = response.json()
+        assert response.status_code == 200, f"{expr}: {body}"
+        assert body["status"] == "success", f"{expr}: {body}"
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def series(self, selector: str) -> list[dict[str, str]]:
+        response = httpx.get(
+            f"{self.prometheus}/api/v1/series",
+            params={"match[]": selector, "start": time.time() - 60},
+            timeout=10,
+        )
+        assert response.status_code == 200, response.text
+        result: list[dict[str, str]] = response.json()["data"]
+        return result
+
+
+def snapshot(exporter: RunningExporter, sequence: int) -> str:
+    """A worker's cumulative state after ``sequence`` seconds of 25 steps/s on both GPUs."""
+    gpus = httpx.get(f"{exporter.url}/api/v1/gpus", timeout=5).json()["gpus"]
+    steps = 25 * sequence
+    return TrainingSnapshot(
+        schema=1,
+        session="dashboards-test",
+        sequence=sequence,
+        model="resnet50",
+        strategy="MirroredStrategy",
+        replicas=len(gpus),
+        global_batch_size=64,
+        steps_total=steps,
+        examples_total=64 * steps,
+        step_duration_seconds=StepDurations(
+            bucket_counts=[0 if bound < STEP_SECONDS else steps for bound in STEP_DURATION_BUCKETS],
+            count=steps,
+            sum_seconds=STEP_SECONDS * steps,
+        ),
+        examples_per_second=1600.0,
+        epoch=1,
+        loss=0.5,
+        replica_devices=[
+            Replica(
+                replica=i,
+                device=f"/job:localhost/replica:0/task:0/device:GPU:{i}",
+                pci_bus_id=gpu["pci_bus_id"],
+                memory_current_bytes=30e9,
+                memory_peak_bytes=40e9,
+            )
+            for i, gpu in enumerate(gpus)
+        ],
+        scaling=Scaling(
+            speedup=1.7,
+            efficiency_ratio=0.85,
+            baseline_examples_per_second=940.0,
+            examples_per_second=1600.0,
+        ),
+    ).model_dump_json(by_alias=True, exclude_none=True)
+
+
+def push(exporters: dict[str, RunningExporter], sequence: int) -> None:
+    for scenario, exporter in exporters.items():
+        response = httpx.put(
+            f"{exporter.url}/api/v1/runs/{run_name(scenario)}/workers/0",
+            content=snapshot(exporter, sequence),
+            headers={"Content-Type": "application/json"},
+            timeout=5,
+        )
+        assert response.status_code == 200, response.text
+
+
+def prometheus_config(tmp: Path, exporters: dict[str, RunningExporter]) -> Path:
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(RULES)],
+        "scrape_configs": [
+            {
+                "job_name": job(scenario),
+                "static_configs": [{"targets": [exporter.url.removeprefix("http://")]}],
+            }
+            for scenario, exporter in exporters.items()
+        ],
+    }
+    path = tmp / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def start_prometheus(binary: str, tmp: Path, config: Path, stack: ExitStack) -> str:
+    port = free_port()
+    log = (tmp / "prometheus.log").open("w", encoding="utf-8")
+    stack.callback(log.close)
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+    def stop() -> None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+
+    stack.callback(stop)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + PROMETHEUS_START_SECONDS
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"prometheus exited: {(tmp / 'prometheus.log').read_text()}")
+        try:
+            if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+                return url
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"prometheus not ready in {PROMETHEUS_START_SECONDS} s")
+        time.sleep(0.2)
+
+
+def has_data(stack: Stack) -> bool:
+    checks = [
+        # The recording rules have run on the training pushes of both hosts...
+        'run_gpu:mirrorwatch_gpu_utilization_ratio:deviation1m{job="mirrorwatch-healthy"}',
+        'run_gpu:mirrorwatch_gpu_utilization_ratio:deviation1m{job="mirrorwatch-xid"}',
+        # ...the step counter has several samples...
+        'rate(mirrorwatch_training_steps_total{job="mirrorwatch-healthy"}[10s]) > 0',
+        # ...and the xid host's XID has fired its alert.
+        'ALERTS{alertname="GpuXidError", alertstate="firing", job="mirrorwatch-xid"}',
+    ]
+    return all(stack.query_range(expr, seconds=2) for expr in checks)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    binary = prometheus_binary()
+    tmp = tmp_path_factory.mktemp("prometheus")
+    with ExitStack() as exit_stack:
+        exporters = {
+            scenario: exit_stack.enter_context(running_exporter(["--simulate", scenario]))
+            for scenario in SCENARIOS
+        }
+        sequence = 1
+        push(exporters, sequence)
+        url = start_prometheus(binary, tmp, prometheus_config(tmp, exporters), exit_stack)
+        running = Stack(url, exporters)
+        deadline = time.monotonic() + DATA_DEADLINE_SECONDS
+        while not has_data(running):
+            if time.monotonic() > deadline:
+                pytest.fail(f"no data in {DATA_DEADLINE_SECONDS} s; see {tmp}/prometheus.log")
+            time.sleep(1)
+            sequence += 1
+            push(exporters, sequence)
+        # One more scrape after the last push, so every rate has moved.
+        push(exporters, sequence + 1)
+        time.sleep(2)
+        yield running
+
+
+def scenario_of(target: Target) -> str:
+    return FILLED_BY.get((target.dashboard, target.panel), "healthy")
+
+
+def values(scenario: str) -> dict[str, str]:
+    """The variables as a user would select them to look at that scenario's host."""
+    return {
+        "__rate_interval": RATE_INTERVAL,
+        "job": job(scenario),
+        "instance": ".+",
+        "run": run_name(scenario),
+        "gpu": ".+",
+    }
+
+
+TARGETS = all_targets()
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=str)
+def test_every_query_returns_data(stack: Stack, target: Target) -> None:
+    scenario = scenario_of(target)
+    result = stack.query_range(expand(target.expr, values(scenario)))
+    assert result, f"no series under scenario {scenario!r}"
+
+
+def test_every_filled_by_entry_names_a_real_panel() -> None:
+    known = {(t.dashboard, t.panel) for t in TARGETS}
+    assert set(FILLED_BY) <= known
+    assert set(FILLED_BY.values()) <= set(SCENARIOS)
+
+
+VARIABLES = [
+    (dashboard["title"], variable["name"], variable["query"])
+    for dashboard in load_dashboards().values()
+    for variable in query_variables(dashboard)
+]
+
+
+@pytest.mark.parametrize(("dashboard", "name", "query"), VARIABLES)
+def test_every_variable_offers_values(stack: Stack, dashboard: str, name: str, query: str) -> None:
+    selector, label = label_values(query)
+    found = {s[label] for s in stack.series(expand(selector, values("healthy"))) if label in s}
+    assert found, f"{dashboard} ${name}: no values"
+
+
+def test_the_run_variable_lists_the_pushed_run(stack: Stack) -> None:
+    selector = 'mirrorwatch_training_info{job="mirrorwatch-healthy"}'
+    assert {s["run"] for s in stack.series(selector)} == {run_name("healthy")}
+
+
+def test_the_run_joins_its_gpus(stack: Stack) -> None:
+    expr = 'run_gpu:mirrorwatch_gpu_utilization_ratio:avg1m{run="run-healthy"}'
+    assert {s["metric"]["gpu"] for s in stack.query_range(expr)} == {"0", "1"}
