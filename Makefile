@@ -8,6 +8,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 SCENARIO ?= healthy
 EXPORTER_LISTEN ?= 127.0.0.1:9848
+PROMETHEUS_LISTEN ?= 127.0.0.1:9090
+ALERTMANAGER_LISTEN ?= 127.0.0.1:9093
+RECEIVER_LISTEN ?= 127.0.0.1:9095
 
 .PHONY: setup tools install test lint typecheck pytest bench demo alerts dashboards clean
 
@@ -24,13 +27,15 @@ $(VENV)/.deps: pyproject.toml
 install: $(VENV)/.deps
 	$(PIP) install --no-deps -e . --config-settings editable_mode=strict
 
-## tools: Prometheus's promtool and Alertmanager's amtool from Debian, when missing
+## tools: Prometheus, Alertmanager (with promtool, amtool) and docker-compose from Debian, when
+## missing. docker-compose (v1, Python) only validates docker-compose.yml here: no Docker engine.
 tools:
 	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null \
-	    || ! command -v prometheus >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
-	  echo "installing Debian packages prometheus and prometheus-alertmanager"; \
+	    || ! command -v prometheus >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
+	    || ! command -v docker-compose >/dev/null; then \
+	  echo "installing Debian packages prometheus, prometheus-alertmanager and docker-compose"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    --no-install-recommends prometheus prometheus-alertmanager >/dev/null; \
+	    --no-install-recommends prometheus prometheus-alertmanager docker-compose >/dev/null; \
 	fi
 
 ## test: lint, type checks and every test (CI runs this)
@@ -42,7 +47,7 @@ lint: install
 
 typecheck: install
 	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer
-	$(VENV)/bin/mypy tests bench alerts/build_rules.py dashboards
+	$(VENV)/bin/mypy tests bench alerts/build_rules.py dashboards demo
 
 pytest: install tools
 	$(VENV)/bin/pytest
@@ -61,9 +66,12 @@ bench: install
 	$(PY) bench/trainer_bench.py --out bench/results/trainer.json
 	$(PY) bench/ingest_bench.py --out bench/results/ingest.json
 
-## demo: the exporter on a simulated dual-GPU host (SCENARIO=name picks the scenario)
-demo: install
-	$(VENV)/bin/mirrorwatch-exporter --simulate $(SCENARIO) --listen $(EXPORTER_LISTEN)
+## demo: exporter (simulated dual-GPU host), trainer on 2 CPU replicas, Prometheus, Alertmanager
+## and a receiver printing each notification; SCENARIO=name picks the scenario; Ctrl-C stops it
+demo: install tools
+	$(PY) -m demo --scenario $(SCENARIO) --exporter $(EXPORTER_LISTEN) \
+	  --prometheus $(PROMETHEUS_LISTEN) --alertmanager $(ALERTMANAGER_LISTEN) \
+	  --receiver $(RECEIVER_LISTEN)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

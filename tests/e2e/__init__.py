@@ -1,0 +1,1 @@
+"""End-to-end alert drills: real exporter, trainer, Prometheus and Alertmanager on loopback."""

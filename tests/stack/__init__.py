@@ -1,0 +1,1 @@
+"""The compose stack and make demo: static checks of docker-compose.yml and its files."""
