@@ -1,8 +1,12 @@
 """Trainer benchmark: the callback's cost per step, and a fit with it against one without.
 
 Both inside real Keras fits under MirroredStrategy over two logical CPU devices. Hook time is
-the callback's own ``on_train_batch_begin`` + ``on_train_batch_end``, timed around each call
-(target <= 20 us); the pusher thread pushes to a loopback sink meanwhile. The fit comparison
+the callback's own ``on_train_batch_begin`` + ``on_train_batch_end`` of one step, timed around
+each call (target <= 20 us); the pusher thread pushes to a loopback sink meanwhile. The two are
+paired by epoch and batch index, not by call order, so the pairs stay right where Keras runs
+batch ends on its thread pool (async dispatch; not on TensorFlow, whose ``IS_THREAD_SAFE`` is
+False): there the end hook's time is spent off the training thread, and the result says where
+the ends ran and what the training thread itself paid per step. The fit comparison
 alternates with and without the callback on one already-traced model; CPU timings on this
 shared machine vary by about +-20%, so the spread is reported with the ratio.
 
@@ -16,6 +20,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -58,25 +63,49 @@ def model_and_data(strategy: Any) -> tuple[Any, Any]:
 
 
 class TimedHooks:
-    """Wraps a callback's per-step hooks and records how long each step's pair took, in ns."""
+    """Wraps a callback's per-step hooks and records how long each call took, in ns.
+
+    Begins run on the training thread, in order; an index going back there starts an epoch.
+    Ends may run on Keras's callback threads, concurrently and out of order, so each is keyed
+    by (epoch, batch): Keras waits for every pending end before ``on_epoch_end``, so an end
+    always runs while the epoch count is still its own.
+    """
 
     def __init__(self, callback: Any) -> None:
-        self.per_step_ns: list[int] = []
-        self._begin_ns = 0
+        self.begin_ns: dict[tuple[int, int], int] = {}
+        self.end_ns: dict[tuple[int, int], int] = {}
+        self.end_threads: set[int] = set()
+        self._epoch = 0
+        self._last_begin = -1
         begin, end = callback.on_train_batch_begin, callback.on_train_batch_end
 
         def timed_begin(batch: int, logs: Any = None) -> None:
             started = time.perf_counter_ns()
             begin(batch, logs)
-            self._begin_ns = time.perf_counter_ns() - started
+            elapsed = time.perf_counter_ns() - started
+            if batch <= self._last_begin:
+                self._epoch += 1
+            self._last_begin = batch
+            self.begin_ns[(self._epoch, batch)] = elapsed
 
         def timed_end(batch: int, logs: Any = None) -> None:
             started = time.perf_counter_ns()
             end(batch, logs)
-            self.per_step_ns.append(self._begin_ns + time.perf_counter_ns() - started)
+            elapsed = time.perf_counter_ns() - started
+            self.end_ns[(self._epoch, batch)] = elapsed
+            self.end_threads.add(threading.get_ident())
 
         callback.on_train_batch_begin = timed_begin
         callback.on_train_batch_end = timed_end
+
+    def per_step_ns(self) -> list[tuple[int, int]]:
+        """(begin, end) of each step in order; the first step (tracing) left out."""
+        keys = sorted(self.begin_ns.keys() & self.end_ns.keys())[1:]
+        return [(self.begin_ns[key], self.end_ns[key]) for key in keys]
+
+    @property
+    def ends_on_training_thread(self) -> bool:
+        return self.end_threads == {threading.main_thread().ident}
 
 
 def timer_floor_ns(samples: int = 100_000) -> float:
@@ -88,14 +117,19 @@ def timer_floor_ns(samples: int = 100_000) -> float:
     return statistics.median(costs)
 
 
-def timed_fit(strategy: Any, callback: Any, steps: int) -> list[float]:
-    """Per-step hook time in us (timer cost subtracted) of ``callback`` in a fit."""
+def timed_fit(strategy: Any, callback: Any, steps: int) -> tuple[list[float], list[float], bool]:
+    """Per-step hook time in us (timer cost subtracted) of ``callback`` in a fit, sorted: both
+    hooks, and what of it the training thread paid; and whether the ends ran on that thread."""
     model, (x, y) = model_and_data(strategy)
     timed = TimedHooks(callback)
     epochs = max(1, steps // 50)
     model.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0, callbacks=[callback])
-    floor = 2 * timer_floor_ns()  # two timed calls per step
-    return sorted(max(0.0, ns - floor) / 1000 for ns in timed.per_step_ns[1:])
+    floor = timer_floor_ns()  # per timed call
+    synchronous = timed.ends_on_training_thread
+    pairs = [(max(0.0, b - floor), max(0.0, e - floor)) for b, e in timed.per_step_ns()]
+    both = sorted((b + e) / 1000 for b, e in pairs)
+    training_thread = sorted((b + e if synchronous else b) / 1000 for b, e in pairs)
+    return both, training_thread, synchronous
 
 
 def hook_cost(strategy: Any, url: str, steps: int) -> dict[str, Any]:
@@ -104,12 +138,17 @@ def hook_cost(strategy: Any, url: str, steps: int) -> dict[str, Any]:
     from mirrorwatch.trainer import MirrorwatchCallback
 
     callback = MirrorwatchCallback(url=url, run="bench", global_batch_size=BATCH, interval=0.5)
-    per_step = timed_fit(strategy, callback, steps)
+    per_step, training_thread, synchronous = timed_fit(strategy, callback, steps)
     # The same two calls into a callback that does nothing: Python's cost of calling any
-    # hook right after a step, when TensorFlow has left the CPU caches cold.
-    empty = timed_fit(strategy, keras.callbacks.Callback(), steps)
+    # hook right after a step, when TensorFlow has left the CPU caches cold. Async-safe like
+    # the callback, so Keras dispatches both fits' batch ends the same way.
+    empty_callback = keras.callbacks.Callback()
+    empty_callback.async_safe = True
+    empty, _, _ = timed_fit(strategy, empty_callback, steps)
     return {
         "steps": len(per_step),
+        "batch_end_dispatch": "synchronous" if synchronous else "async",
+        "training_thread_p50": round(statistics.median(training_thread), 2),
         "p50": round(statistics.median(per_step), 2),
         "p90": round(per_step[int(len(per_step) * 0.9) - 1], 2),
         "p99": round(per_step[int(len(per_step) * 0.99) - 1], 2),
@@ -175,6 +214,8 @@ def main() -> None:
     print(f"{'hook us/step p50':<40}{hooks['p50']:>12}{'<= 20':>10}")
     print(f"{'hook us/step p99':<40}{hooks['p99']:>12}{'':>10}")
     print(f"{'hook us/step mean':<40}{hooks['mean']:>12}{'':>10}")
+    print(f"{'batch ends dispatched':<40}{hooks['batch_end_dispatch']:>12}{'':>10}")
+    print(f"{'training thread us/step p50':<40}{hooks['training_thread_p50']:>12}{'':>10}")
     print(f"{'empty callback us/step p50 (floor)':<40}{hooks['empty_callback_p50']:>12}{'':>10}")
     print(f"{'fit time with/without, median':<40}{fit['ratio_median']:>12}{'':>10}")
     spread = f"{fit['ratio_min']}..{fit['ratio_max']}"

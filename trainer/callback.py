@@ -49,8 +49,12 @@ def _short_text(value: object) -> str | None:
 class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped
     """Reports training throughput, step times and replica-to-GPU mapping to mirrorwatch.
 
-    On the training thread it only counts: each step costs a ``time.perf_counter()`` call and a
-    few additions (no device sync, no model variable reads). A daemon thread PUTs the run's
+    Its hooks only count: each step costs two ``time.perf_counter()`` calls and a few additions
+    under a lock (no device sync, no model variable reads). The hooks are async-safe
+    (``async_safe = True``): where Keras dispatches batch-end callbacks to worker threads, it
+    goes on doing so with this callback in the list instead of falling back to a synchronous
+    log conversion every step, and the counts stay exact (see
+    :class:`~mirrorwatch.trainer.meter.StepMeter`). A daemon thread PUTs the run's
     full cumulative state to the exporter every ``interval`` seconds, with a short timeout and
     backoff when the exporter is away; at the end of training it sends a last snapshot marked
     inactive, waiting at most two seconds. Telemetry never raises into training: trouble is
@@ -91,6 +95,12 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
     ```
     """
 
+    # Keras 3 (``CallbackList._configure_async_dispatch``) dispatches batch-end hooks to a
+    # thread pool only when every callback that overrides one says it is safe there. This one
+    # is: the meter takes batch-end calls concurrently and out of order. (Keras never does so
+    # on the TensorFlow backend, whose ``IS_THREAD_SAFE`` is False; it does on JAX and torch.)
+    async_safe = True
+
     def __init__(
         self,
         url: str | None = None,
@@ -120,6 +130,7 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         self._meter = StepMeter()
         self._pusher = Pusher(self._endpoint, self._build_body, self.interval, self._find_gpus)
         self._warned: set[str] = set()
+        self._warned_lock = threading.Lock()  # batch-end hooks may run on Keras's workers
         # What the job is; set on the training thread at train begin, read by the pusher.
         self._model_name: str | None = None
         self._strategy_name: str | None = None
@@ -156,7 +167,7 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         """Throughput of the same job on one replica: the snapshots then carry the speedup."""
         self._scaling_baseline = float(examples_per_second)
 
-    # -- Keras hooks: the training thread ------------------------------------------------
+    # -- Keras hooks: the training thread, but for batch ends under async dispatch --------
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         try:
@@ -182,11 +193,12 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         try:
-            self._meter.begin_step(time.perf_counter())
+            self._meter.begin_step(time.perf_counter(), batch)
         except Exception as error:
             self._warn_once("on_train_batch_begin", error)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        # Keras has turned the logs into Python numbers: the step is done on the device.
         now = time.perf_counter()
         try:
             loss = logs.get("loss") if logs else None
@@ -214,9 +226,11 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
             self._warn_once("on_train_end", error)
 
     def _warn_once(self, hook: str, error: BaseException) -> None:
-        if hook not in self._warned:
+        with self._warned_lock:
+            if hook in self._warned:
+                return
             self._warned.add(hook)
-            log.warning("mirrorwatch: telemetry error in %s, training goes on: %r", hook, error)
+        log.warning("mirrorwatch: telemetry error in %s, training goes on: %r", hook, error)
 
     # -- the pusher thread ----------------------------------------------------------------
 

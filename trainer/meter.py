@@ -1,8 +1,10 @@
-"""Step counting and timing on the training thread: O(1) per step, read by the pusher thread.
+"""Step counting and timing for the Keras callback: O(1) per step, read by the pusher thread.
 
-The training thread calls :meth:`StepMeter.begin_step` / :meth:`StepMeter.end_step` with
-``time.perf_counter()`` values; the pusher thread takes a consistent copy with
-:meth:`StepMeter.read`. A short lock keeps the two consistent; nothing here blocks otherwise.
+Keras calls the begin hooks on the training thread, in order. The batch-end hooks run there too
+unless Keras dispatches them to its callback executor (Keras 3's async dispatch, on backends it
+marks thread-safe), where several workers may run them concurrently and out of order.
+:class:`StepMeter` is correct either way: every method takes one short lock, and nothing here
+blocks otherwise. The pusher thread takes a consistent copy with :meth:`StepMeter.read`.
 """
 
 from __future__ import annotations
@@ -33,10 +35,31 @@ class MeterReading:
 class StepMeter:
     """Cumulative steps, a step-duration histogram and throughput time, since the session began.
 
-    Steps come from Keras's batch indices (``end_step`` of an execution), so an execution of
-    ``steps_per_execution`` steps counts that many. A step's duration runs from the end of the
-    step before it in the same epoch (so data waits and per-step callbacks count), or from its
-    own begin after an epoch boundary or an evaluation (so neither does).
+    Steps come from Keras's batch indices: the highest end index seen in the epoch, and a step
+    count that grows by how much an end raises it. An execution of ``steps_per_execution``
+    steps counts that many; an end that arrives after a higher one (async dispatch runs the
+    end hooks on several worker threads) adds nothing, because the higher one already counted
+    its steps. The loss is that of the highest end index, not of the last to arrive. An epoch
+    starts at :meth:`begin_epoch`: Keras waits for every pending batch-end hook before
+    ``on_epoch_end`` and ``on_train_end``, so no end of an earlier epoch comes after it.
+
+    A step's duration runs from the end of the step before it (so data waits and per-step
+    callbacks count), or from its own begin after an epoch boundary or an evaluation (so
+    neither does). An end's time is when its logs reached the hook: with async dispatch that is
+    after Keras turned them into Python numbers on a worker, i.e. after the step finished on
+    the device, a good completion time. An end that raises the index by more than one
+    execution, because a lower end is still on its way, spans the steps in between: they share
+    its duration equally, as the steps of one multi-step execution do. Steps whose timing is
+    ambiguous are counted in ``steps_total`` but left out of the histogram and throughput, so
+    the histogram's count can be a little lower than the steps: an end that arrives with an
+    earlier clock than a step already timed (two workers raced), and an end that arrives after
+    :meth:`pause` (evaluation began: Keras does not wait for pending train hooks in
+    ``on_test_begin``, so the last steps' ends may come during evaluation) or belongs to the
+    steps before it. Timed intervals never overlap and never go backwards, so durations are
+    never negative and no wall time is counted twice.
+
+    Callers that give :meth:`begin_step` no batch index (synchronous callers that may not call
+    :meth:`begin_epoch`) have their ends taken in order: an index going back starts an epoch.
     """
 
     def __init__(self) -> None:
@@ -48,48 +71,70 @@ class StepMeter:
         self._duration_sum = 0.0
         self._measured_steps = 0
         self._measured_seconds = 0.0
-        self._steps_in_epoch = 0
-        self._step_started: float | None = None
-        self._previous_end: float | None = None
         self._seen_first_step = False
+        # This epoch: the highest end index counted, the last begin index (-1: none given).
+        self._max_batch = -1
+        self._last_begin = -1
+        # The timed segment (since an epoch boundary or a pause): the batch index it starts at
+        # (None: no segment open) and the clock the next timed interval starts from.
+        self._segment_first: int | None = None
+        self._segment_reference = 0.0
 
     def begin_training(self) -> None:
         """A fit starts: its first step traces the train function, so it is not throughput."""
         with self._lock:
             self._seen_first_step = False
-            self._previous_end = None
+            self._max_batch = -1
+            self._last_begin = -1
+            self._segment_first = None
 
     def begin_epoch(self, epoch: int) -> None:
         """A new epoch: ``epoch`` counted from 1, as Keras's progress output shows it."""
         with self._lock:
             self._epoch = epoch
-            self._steps_in_epoch = 0
-            self._previous_end = None
+            self._max_batch = -1
+            self._last_begin = -1
+            self._segment_first = None
 
     def pause(self) -> None:
         """Evaluation or anything else that is not training starts: the next step starts fresh."""
-        self._previous_end = None
+        with self._lock:
+            self._segment_first = None
 
-    def begin_step(self, now: float) -> None:
-        self._step_started = now
+    def begin_step(self, now: float, batch: int | None = None) -> None:
+        """The execution starting at 0-based batch index ``batch`` begins (training thread)."""
+        with self._lock:
+            if batch is not None:
+                if batch <= self._last_begin:  # the index went back with no epoch begin
+                    self._max_batch = -1
+                    self._segment_first = None
+                self._last_begin = batch
+            if self._segment_first is None:
+                self._segment_first = self._max_batch + 1 if batch is None else batch
+                self._segment_reference = now
 
     def end_step(self, batch: int, now: float, loss: float | None) -> None:
         """The execution that ended at 0-based batch index ``batch`` of this epoch is done."""
-        steps = batch + 1 - self._steps_in_epoch
-        if steps <= 0:  # the batch index went back without an epoch boundary: a new epoch
-            steps = batch + 1
-        started = self._previous_end if self._previous_end is not None else self._step_started
-        self._previous_end = now
-        self._steps_in_epoch = batch + 1
-        elapsed = now - started if started is not None else None
         with self._lock:
-            self._steps_total += steps
+            previous = self._max_batch
+            if batch <= previous:
+                if self._last_begin >= 0:
+                    return  # async dispatch: a lower end arrived late; its steps are counted
+                # No begin indices: an in-order caller, and the index went back: a new epoch.
+                previous = -1
+                if self._segment_first is not None:
+                    self._segment_first = 0
+            self._max_batch = batch
+            self._steps_total += batch - previous
             if loss is not None:
                 self._loss = loss
-            if elapsed is None or elapsed < 0:
-                return
-            per_step = elapsed / steps
-            self._bucket_counts[bisect_left(STEP_DURATION_BUCKETS, per_step)] += steps
+            first = self._segment_first
+            if first is None or batch < first or now < self._segment_reference:
+                return  # ends before the segment, or after a pause, or raced: not timed
+            steps = batch - max(previous, first - 1)
+            elapsed = now - self._segment_reference
+            self._segment_reference = now
+            self._bucket_counts[bisect_left(STEP_DURATION_BUCKETS, elapsed / steps)] += steps
             self._duration_sum += elapsed
             if self._seen_first_step:
                 self._measured_steps += steps

@@ -86,10 +86,13 @@ def _transformer(classes: int, layers: int = 2, width: int = 128, heads: int = 4
     return keras.Model(tokens, outputs, name="transformer")
 
 
-def dataset(job: Job, global_batch_size: int) -> Any:
-    """An endless ``tf.data.Dataset`` of ``(inputs, label)`` batches of the global batch size."""
+def dataset(job: Job, global_batch_size: int, skip: int = 0) -> Any:
+    """An endless ``tf.data.Dataset`` of ``(inputs, label)`` batches of the global batch size.
+
+    ``skip``: start at that batch, where a resumed run left off.
+    """
     if job.data is not None:
-        return _from_files(job, global_batch_size)
+        return _from_files(job, global_batch_size, skip)
     generator = tf.random.Generator.from_seed(job.seed)
     examples = SYNTHETIC_BATCHES * global_batch_size
     if job.model == "transformer":
@@ -101,11 +104,12 @@ def dataset(job: Job, global_batch_size: int) -> Any:
         tf.data.Dataset.from_tensor_slices((inputs, labels))
         .repeat()
         .batch(global_batch_size, drop_remainder=True)
+        .skip(skip % SYNTHETIC_BATCHES)  # the same batches over and over
         .prefetch(tf.data.AUTOTUNE)
     )
 
 
-def _from_files(job: Job, global_batch_size: int) -> Any:
+def _from_files(job: Job, global_batch_size: int, skip: int) -> Any:
     """An image directory (one folder per class) or TFRecord files of ``image`` + ``label``."""
     if job.model == "transformer":
         raise ValueError("--data holds images; the transformer trains on synthetic tokens only")
@@ -134,4 +138,6 @@ def _from_files(job: Job, global_batch_size: int) -> Any:
             return image, tf.cast(example["label"], tf.int32)
 
         images = tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    return images.repeat().batch(global_batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    # Skipped batches are read and decoded: the shuffle order, seeded, repeats the killed run's.
+    batches = images.repeat().batch(global_batch_size, drop_remainder=True).skip(skip)
+    return batches.prefetch(tf.data.AUTOTUNE)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +10,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from mirrorwatch.trainer import resume
 from mirrorwatch.trainer.callback import MirrorwatchCallback
 from mirrorwatch.trainer.meter import StepMeter
 from mirrorwatch.trainer.models import Job, build_model, dataset
@@ -40,38 +39,6 @@ def use_mixed_precision(on_gpu: bool) -> None:
     keras.mixed_precision.set_global_policy("mixed_float16" if on_gpu else "mixed_bfloat16")
 
 
-class _ResumeReport(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped
-    """Says where a resumed run picked up: runs after BackupAndRestore has restored state."""
-
-    def __init__(self, metadata: dict[str, Any] | None) -> None:
-        super().__init__()
-        self.metadata = metadata
-
-    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        if self.metadata is None:
-            return
-        step = int(self.model.optimizer.iterations.numpy())  # once, before the first step
-        print(
-            f"mirrorwatch-train: resumed from checkpoint at step {step} "
-            f"(epoch {int(self.metadata.get('epoch', 0)) + 1}, "
-            f"batch {int(self.metadata.get('batch', 0)) + 1})",
-            flush=True,
-        )
-
-    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        step = int(self.model.optimizer.iterations.numpy())
-        print(f"mirrorwatch-train: finished at step {step}", flush=True)
-
-
-def _checkpoint_metadata(directory: str) -> dict[str, Any] | None:
-    try:
-        with open(os.path.join(directory, "training_metadata.json"), encoding="utf-8") as file:
-            metadata: dict[str, Any] = json.load(file)
-    except (OSError, ValueError):
-        return None
-    return metadata
-
-
 def train(
     job: Job,
     strategy: Any,
@@ -85,27 +52,45 @@ def train(
 ) -> Any:
     """Fit ``epochs`` epochs of ``steps`` steps; back up every N steps and resume, if asked.
 
-    Keras's BackupAndRestore restores the weights and optimizer state of the last backup and
-    the epoch it was in; that epoch then runs from its first batch again.
+    A resumed run restores the weights and optimizer state of the last backup and goes on at
+    the batch after it, on the batch of data it would have had: across crashes the run trains
+    ``epochs * steps`` steps. Returns the last fit's history.
     """
     with strategy.scope():
         model = build_model(job)
-    callbacks: list[Any] = [callback]
-    if checkpoint_dir is not None:
-        callbacks += [
-            keras.callbacks.BackupAndRestore(
-                checkpoint_dir, save_freq=checkpoint_every, double_checkpoint=True
-            ),
-            _ResumeReport(_checkpoint_metadata(checkpoint_dir)),
-        ]
-    return model.fit(
-        dataset(job, global_batch_size),
-        epochs=epochs,
-        steps_per_epoch=steps,
-        callbacks=callbacks,
-        verbose=verbose,
-        shuffle=False,  # tf.data: the dataset decides; this silences Keras's reminder
-    )
+    if checkpoint_dir is None:
+        return model.fit(
+            dataset(job, global_batch_size), epochs=epochs, steps_per_epoch=steps,
+            callbacks=[callback], verbose=verbose,
+            shuffle=False,  # tf.data: the dataset decides; this silences Keras's reminder
+        )  # fmt: skip
+    checkpoints = resume.Checkpoints(checkpoint_dir, checkpoint_every)
+    with strategy.scope():
+        position = checkpoints.restore(model)
+    if position is not None:
+        print(
+            f"mirrorwatch-train: resumed from checkpoint at step {position.step} "
+            f"(epoch {position.epoch + 1}, batch {position.batches})",
+            flush=True,
+        )
+    fits = resume.plan(position, epochs, steps)
+    progress = [] if verbose == 0 else [resume.Progress(epochs)]  # "Epoch 2/3" in every fit
+    history = None
+    for index, fit in enumerate(fits):
+        first, last = index == 0, index == len(fits) - 1
+        each = [resume.OneTraining(one, first, last) for one in (callback, checkpoints)]
+        history = model.fit(
+            dataset(job, global_batch_size, skip=fit.skip),
+            initial_epoch=fit.initial_epoch,
+            epochs=fit.epochs,
+            steps_per_epoch=fit.steps_per_epoch,
+            callbacks=each + progress,
+            verbose=verbose,
+            shuffle=False,
+        )
+    step = int(model.optimizer.iterations.numpy())
+    print(f"mirrorwatch-train: finished at step {step}", flush=True)
+    return history
 
 
 class _Throughput(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped

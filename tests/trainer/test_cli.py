@@ -63,45 +63,62 @@ def test_batch_size_must_divide_over_the_replicas() -> None:
     assert "--batch-size" in result.stderr
 
 
-def test_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
-    checkpoints = tmp_path / "backup"
-    metadata = checkpoints / "training_metadata.json"
-    args = [*TINY, "--steps", "400", "--epochs", "2", "--checkpoint-dir", str(checkpoints)]
-    args += ["--checkpoint-every", "20", "--interval", "30"]
+def watch(args: list[str], metadata: Path, kill_when: int | None = None) -> tuple[str, set[int]]:
+    """Run mirrorwatch-train, noting the steps its checkpoints record (epochs of 400 steps).
+
+    ``kill_when``: SIGKILL it once a checkpoint at that step or later is written.
+    """
     process = subprocess.Popen(
         [TRAIN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=environment(),
     )  # fmt: skip
+    seen: set[int] = set()
     try:
         deadline = time.monotonic() + 120
-        while True:  # kill it mid-way through epoch 2, once a checkpoint there was written
-            assert process.poll() is None, "the run ended before it could be killed"
+        while process.poll() is None:
             assert time.monotonic() < deadline
             try:
                 state = json.loads(metadata.read_text())
-            except (OSError, ValueError):
-                state = {}
-            if state.get("epoch") == 1 and state.get("batch", 0) >= 40:
+                seen.add(state["epoch"] * 400 + state["batch"] + 1)
+            except (OSError, ValueError, KeyError):
+                pass
+            if kill_when is not None and seen and max(seen) >= kill_when:
+                process.send_signal(signal.SIGKILL)
+                process.wait(10)
                 break
             time.sleep(0.02)
-        process.send_signal(signal.SIGKILL)
-        process.wait(10)
+        else:
+            assert kill_when is None, "the run ended before it could be killed"
     finally:
         if process.poll() is None:
             process.kill()
-    killed_at = json.loads(metadata.read_text())
+    assert process.stdout is not None
+    return process.stdout.read(), seen
 
-    resumed = train(*args)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    match = re.search(r"resumed from checkpoint at step (\d+) \(epoch (\d+)", resumed.stdout)
-    assert match, resumed.stdout
-    step, epoch = int(match.group(1)), int(match.group(2))
-    assert epoch == 2
-    # Epoch 1's 400 steps and at least the steps of epoch 2 checkpointed before the kill.
-    assert step >= 400 + killed_at["batch"] + 1 - 20
-    assert "Epoch 1/2" not in resumed.stdout
-    assert "Epoch 2/2" in resumed.stdout
-    assert f"finished at step {step + 400}" in resumed.stdout
+
+def test_killed_run_resumes_at_its_last_checkpoint(tmp_path: Path) -> None:
+    checkpoints = tmp_path / "backup"
+    metadata = checkpoints / "training_metadata.json"
+    args = [*TINY, "--steps", "400", "--epochs", "2", "--checkpoint-dir", str(checkpoints)]
+    args += ["--checkpoint-every", "20", "--interval", "30"]
+    watch(args, metadata, kill_when=400 + 40)  # mid-way through epoch 2
+    killed_at = json.loads(metadata.read_text())
+    assert killed_at["epoch"] == 1
+    checkpointed = 400 + killed_at["batch"] + 1
+
+    output, seen = watch(args, metadata)
+    assert "finished at step" in output, output
+    match = re.search(r"resumed from checkpoint at step (\d+) \(epoch (\d+), batch (\d+)\)", output)
+    assert match, output
+    step, epoch, batch = (int(group) for group in match.groups())
+    assert (step, epoch, batch) == (checkpointed, 2, checkpointed - 400)
+    assert "Epoch 1/2" not in output
+    # The rest of epoch 2 and no more: across the crash, exactly 2 x 400 steps.
+    assert f"Epoch 2/2\n{800 - step}/{800 - step} " in output, output
+    assert "finished at step 800" in output
+    # It went on backing up every 20 steps from where it resumed, with the true epoch and batch.
+    assert {step + 20, step + 40} <= seen
+    assert min(seen) >= step
     assert not checkpoints.exists()  # a finished run leaves nothing to resume from
 
 
