@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grafana_foundation_sdk.builders import timeseries
 from grafana_foundation_sdk.models.common import GraphThresholdsStyleMode
 
 from dashboards.common import (
@@ -192,6 +193,28 @@ def utilisation_row(limits: Limits) -> Row:
     )
 
 
+def clock_panel(title: str, clock: str, description: str) -> timeseries.Panel:
+    """One clock domain's current clock per GPU, with its maximum as a dashed line."""
+    return time_series(
+        PanelSpec(
+            title,
+            description,
+            "hertz",
+            [
+                Query(sel("mirrorwatch_gpu_clock_hertz", f'clock="{clock}"', gpu=True), GPU),
+                Query(
+                    sel("mirrorwatch_gpu_clock_max_hertz", f'clock="{clock}"', gpu=True),
+                    GPU + " max",
+                ),
+            ],
+            width=8,
+            min_value=0,
+            overrides=[limit_line_override("max$")],
+        ),
+        fill_opacity=0,
+    )
+
+
 def thermal_row(limits: Limits) -> Row:
     return Row(
         "Temperature, power and clocks",
@@ -276,43 +299,17 @@ def thermal_row(limits: Limits) -> Row:
                     min_value=0,
                 )
             ),
-            time_series(
-                PanelSpec(
-                    "SM clock",
-                    "Streaming-multiprocessor clock against its maximum (dashed). A busy GPU "
-                    "well below its maximum is throttled: see Throttle reasons for why.",
-                    "hertz",
-                    [
-                        Query(sel("mirrorwatch_gpu_clock_hertz", 'clock="sm"', gpu=True), GPU),
-                        Query(
-                            sel("mirrorwatch_gpu_clock_max_hertz", 'clock="sm"', gpu=True),
-                            GPU + " max",
-                        ),
-                    ],
-                    width=8,
-                    min_value=0,
-                    overrides=[limit_line_override("max$")],
-                ),
-                fill_opacity=0,
+            clock_panel(
+                "SM clock",
+                "sm",
+                "Streaming-multiprocessor clock against its maximum (dashed). A busy GPU well "
+                "below its maximum is throttled: see Throttle reasons for why.",
             ),
-            time_series(
-                PanelSpec(
-                    "Memory clock",
-                    "Memory clock against its maximum (dashed). It drops with hardware slowdown "
-                    "and power braking.",
-                    "hertz",
-                    [
-                        Query(sel("mirrorwatch_gpu_clock_hertz", 'clock="memory"', gpu=True), GPU),
-                        Query(
-                            sel("mirrorwatch_gpu_clock_max_hertz", 'clock="memory"', gpu=True),
-                            GPU + " max",
-                        ),
-                    ],
-                    width=8,
-                    min_value=0,
-                    overrides=[limit_line_override("max$")],
-                ),
-                fill_opacity=0,
+            clock_panel(
+                "Memory clock",
+                "memory",
+                "Memory clock against its maximum (dashed). It drops with hardware slowdown and "
+                "power braking.",
             ),
         ],
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, get_args
 
 from starlette.responses import JSONResponse
 
@@ -20,18 +20,7 @@ Reason = Literal[
     "stale",
     "over_limit",
 ]
-REASONS: tuple[Reason, ...] = (
-    "malformed_json",
-    "unauthorized",
-    "forbidden",
-    "not_found",
-    "method_not_allowed",
-    "too_large",
-    "unsupported_media_type",
-    "invalid",
-    "stale",
-    "over_limit",
-)
+REASONS: tuple[Reason, ...] = get_args(Reason)
 
 
 class IngestError(Exception):

@@ -23,11 +23,7 @@ import pytest
 import yaml
 
 from mirrorwatch.exporter.ingest.schema import (
-    STEP_DURATION_BUCKETS,
-    Replica,
     Scaling,
-    StepDurations,
-    TrainingSnapshot,
 )
 from tests.dashboards.queries import (
     ANNOTATION,
@@ -40,6 +36,7 @@ from tests.dashboards.queries import (
     query_variables,
 )
 from tests.exporter.exporter_process import RunningExporter, free_port, running_exporter
+from tests.exporter.ingest_snapshots import steady_training
 
 SCENARIOS = ("healthy", "xid")
 # $__rate_interval as Grafana computes it for a 1 s scrape interval is 4 s; a little more
@@ -111,42 +108,22 @@ class Stack:
 def snapshot(exporter: RunningExporter, sequence: int) -> str:
     """A worker's cumulative state after ``sequence`` seconds of 25 steps/s on both GPUs."""
     gpus = httpx.get(f"{exporter.url}/api/v1/gpus", timeout=5).json()["gpus"]
-    steps = 25 * sequence
-    return TrainingSnapshot(
-        schema=1,
+    return steady_training(
+        gpus,
+        sequence,
         session="dashboards-test",
-        sequence=sequence,
         model="resnet50",
-        strategy="MirroredStrategy",
-        replicas=len(gpus),
-        global_batch_size=64,
-        steps_total=steps,
-        examples_total=64 * steps,
-        step_duration_seconds=StepDurations(
-            bucket_counts=[0 if bound < STEP_SECONDS else steps for bound in STEP_DURATION_BUCKETS],
-            count=steps,
-            sum_seconds=STEP_SECONDS * steps,
-        ),
-        examples_per_second=1600.0,
+        steps_per_second=25,
+        step_seconds=STEP_SECONDS,
         epoch=1,
         loss=0.5,
-        replica_devices=[
-            Replica(
-                replica=i,
-                device=f"/job:localhost/replica:0/task:0/device:GPU:{i}",
-                pci_bus_id=gpu["pci_bus_id"],
-                memory_current_bytes=30e9,
-                memory_peak_bytes=40e9,
-            )
-            for i, gpu in enumerate(gpus)
-        ],
         scaling=Scaling(
             speedup=1.7,
             efficiency_ratio=0.85,
             baseline_examples_per_second=940.0,
             examples_per_second=1600.0,
         ),
-    ).model_dump_json(by_alias=True, exclude_none=True)
+    )
 
 
 def push(exporters: dict[str, RunningExporter], sequence: int) -> None:

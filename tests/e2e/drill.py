@@ -45,12 +45,7 @@ from demo.stack import (
     prometheus_process,
     route_timers,
 )
-from mirrorwatch.exporter.ingest.schema import (
-    STEP_DURATION_BUCKETS,
-    Replica,
-    StepDurations,
-    TrainingSnapshot,
-)
+from tests.exporter.ingest_snapshots import steady_training
 
 FOR_DIVISOR = 30  # 5m -> 10s, 2m -> 4s, 15m -> 30s
 SCRAPE_INTERVAL = "1s"
@@ -374,36 +369,16 @@ def running_drill(
 
 def balanced_snapshot(gpus: Sequence[Mapping[str, Any]], sequence: int) -> str:
     """A worker's cumulative state after ``sequence`` seconds of 20 steps/s on every GPU."""
-    steps = 20 * sequence
-    return TrainingSnapshot(
-        schema=1,
+    return steady_training(
+        gpus,
+        sequence,
         session="e2e",
-        sequence=sequence,
         model="cnn",
-        strategy="MirroredStrategy",
-        replicas=len(gpus),
-        global_batch_size=64,
-        steps_total=steps,
-        examples_total=64 * steps,
-        step_duration_seconds=StepDurations(
-            bucket_counts=[0 if bound < 0.05 else steps for bound in STEP_DURATION_BUCKETS],
-            count=steps,
-            sum_seconds=0.05 * steps,
-        ),
-        examples_per_second=1280.0,
+        steps_per_second=20,
+        step_seconds=0.05,
         epoch=0,
         loss=1.0,
-        replica_devices=[
-            Replica(
-                replica=i,
-                device=f"/job:localhost/replica:0/task:0/device:GPU:{i}",
-                pci_bus_id=gpu["pci_bus_id"],
-                memory_current_bytes=30e9,
-                memory_peak_bytes=40e9,
-            )
-            for i, gpu in enumerate(gpus)
-        ],
-    ).model_dump_json(by_alias=True, exclude_none=True)
+    )
 
 
 @contextmanager

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS, TrainingSnapshot
+from mirrorwatch.exporter.ingest.schema import (
+    STEP_DURATION_BUCKETS,
+    Replica,
+    Scaling,
+    StepDurations,
+    TrainingSnapshot,
+)
 
 UUID0 = "GPU-00000000-0000-0000-0000-000000000000"
 UUID1 = "GPU-11111111-1111-1111-1111-111111111111"
@@ -97,3 +104,52 @@ def training_series(text: str) -> dict[str, dict[frozenset[tuple[str, str]], flo
 
 def labels(**values: str) -> frozenset[tuple[str, str]]:
     return frozenset(values.items())
+
+
+def steady_training(
+    gpus: Sequence[Mapping[str, Any]],
+    sequence: int,
+    *,
+    session: str,
+    model: str,
+    steps_per_second: int,
+    step_seconds: float,
+    epoch: int,
+    loss: float,
+    scaling: Scaling | None = None,
+) -> str:
+    """A push body: ``sequence`` seconds of steady training on ``gpus`` (from /api/v1/gpus).
+
+    Every step takes ``step_seconds``; each replica sits on one GPU, joined by its bus id.
+    """
+    steps = steps_per_second * sequence
+    return TrainingSnapshot(
+        schema=1,
+        session=session,
+        sequence=sequence,
+        model=model,
+        strategy="MirroredStrategy",
+        replicas=len(gpus),
+        global_batch_size=64,
+        steps_total=steps,
+        examples_total=64 * steps,
+        step_duration_seconds=StepDurations(
+            bucket_counts=[0 if bound < step_seconds else steps for bound in STEP_DURATION_BUCKETS],
+            count=steps,
+            sum_seconds=step_seconds * steps,
+        ),
+        examples_per_second=64.0 * steps_per_second,
+        epoch=epoch,
+        loss=loss,
+        replica_devices=[
+            Replica(
+                replica=i,
+                device=f"/job:localhost/replica:0/task:0/device:GPU:{i}",
+                pci_bus_id=gpu["pci_bus_id"],
+                memory_current_bytes=30e9,
+                memory_peak_bytes=40e9,
+            )
+            for i, gpu in enumerate(gpus)
+        ],
+        scaling=scaling,
+    ).model_dump_json(by_alias=True, exclude_none=True)
