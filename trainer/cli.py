@@ -1,7 +1,8 @@
 """mirrorwatch-train: a MirroredStrategy training run, always instrumented with the callback.
 
 Synthetic data by default (nothing is downloaded). Without GPUs it trains on ``--cpu-replicas``
-logical CPU devices, so the whole pipeline can be shown on any machine.
+logical CPU devices, so the whole pipeline can be shown on any machine; ``--devices gpu`` refuses
+to start instead, where training on CPUs would be a silent mistake (the GPU host's trainer).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, NoReturn
 from mirrorwatch.trainer.pusher import RUN_PATTERN
 
 MODELS = ("cnn", "resnet50", "transformer")  # see mirrorwatch.trainer.models
+DEVICES = ("auto", "gpu", "cpu")  # see mirrorwatch.trainer.training.mirrored_strategy
 
 KERAS_19246 = (
     "--steps-per-execution must be 1 under MirroredStrategy: larger values fail in this Keras "
@@ -63,6 +65,12 @@ def parser() -> argparse.ArgumentParser:
         type=_positive,
         default=2,
         help="logical CPU devices to mirror over when there is no GPU (default 2)",
+    )
+    p.add_argument(
+        "--devices",
+        choices=DEVICES,
+        default="auto",
+        help="gpu: the GPUs or exit 2; cpu: --cpu-replicas CPUs; auto (default): GPUs if any",
     )
     p.add_argument("--steps-per-execution", type=_positive, default=1, help=KERAS_19246)
     p.add_argument("--mixed-precision", action="store_true", help="float16 (bfloat16 on CPU)")
@@ -116,7 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from mirrorwatch.trainer import training
 
-    strategy, devices = training.mirrored_strategy(args.cpu_replicas)
+    try:
+        strategy, devices = training.mirrored_strategy(args.cpu_replicas, args.devices)
+    except training.NoGpuError as error:
+        _fail(f"--devices gpu: {error}")
     if args.batch_size % len(devices):
         _fail(f"--batch-size {args.batch_size} must be a multiple of the {len(devices)} replicas")
     if args.mixed_precision:

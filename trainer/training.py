@@ -16,22 +16,46 @@ from mirrorwatch.trainer.meter import StepMeter
 from mirrorwatch.trainer.models import Job, build_model, dataset
 
 
-def mirrored_strategy(cpu_replicas: int) -> tuple[Any, list[str]]:
-    """MirroredStrategy over the visible GPUs, else over ``cpu_replicas`` logical CPU devices."""
-    gpus = tf.config.list_physical_devices("GPU")
+class NoGpuError(RuntimeError):
+    """GPUs were asked for and TensorFlow sees none; the message says what to check."""
+
+
+def mirrored_strategy(cpu_replicas: int, devices: str = "auto") -> tuple[Any, list[str]]:
+    """MirroredStrategy over the visible GPUs, or over ``cpu_replicas`` logical CPU devices.
+
+    ``devices``: ``gpu`` raises NoGpuError rather than train on CPUs when TensorFlow sees no GPU
+    (a TensorFlow built without CUDA, or a CUDA/cuDNN it cannot load, looks exactly like that);
+    ``cpu`` ignores any GPU; ``auto`` takes the GPUs when there are any.
+    """
+    gpus = tf.config.list_physical_devices("GPU") if devices != "cpu" else []
+    if devices == "gpu" and not gpus:
+        raise NoGpuError(_no_gpu_reason())
     if gpus:
         for gpu in gpus:
             # Already initialised or split into logical devices: keep it as configured.
             with contextlib.suppress(RuntimeError, ValueError):
                 tf.config.experimental.set_memory_growth(gpu, True)
-        devices = [device.name for device in tf.config.list_logical_devices("GPU")]
+        names = [device.name for device in tf.config.list_logical_devices("GPU")]
     else:
         cpus = tf.config.list_physical_devices("CPU")
         tf.config.set_logical_device_configuration(
             cpus[0], [tf.config.LogicalDeviceConfiguration()] * cpu_replicas
         )
-        devices = [device.name for device in tf.config.list_logical_devices("CPU")]
-    return tf.distribute.MirroredStrategy(devices), devices
+        names = [device.name for device in tf.config.list_logical_devices("CPU")]
+    return tf.distribute.MirroredStrategy(names), names
+
+
+def _no_gpu_reason() -> str:
+    if not tf.test.is_built_with_cuda():
+        return (
+            f"TensorFlow {tf.__version__} sees no GPU: this build has no CUDA support "
+            "(install tensorflow[and-cuda], not tensorflow-cpu)"
+        )
+    return (
+        f"TensorFlow {tf.__version__} sees no GPU although it is built with CUDA: check the "
+        "NVIDIA driver (nvidia-smi), CUDA_VISIBLE_DEVICES, the container's GPU reservation, "
+        "and TensorFlow's log for a CUDA or cuDNN library it could not load"
+    )
 
 
 def use_mixed_precision(on_gpu: bool) -> None:

@@ -63,6 +63,23 @@ def test_batch_size_must_divide_over_the_replicas() -> None:
     assert "--batch-size" in result.stderr
 
 
+def test_asked_for_gpus_it_refuses_to_train_on_cpu_when_tensorflow_sees_none() -> None:
+    # This machine's TensorFlow (tensorflow-cpu) lists no GPU, as a GPU image with a CUDA or
+    # cuDNN that TensorFlow cannot load would: the run must stop, not fall back to CPUs.
+    result = train(*TINY, "--devices", "gpu", "--steps", "2")
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("mirrorwatch-train: error: --devices gpu: TensorFlow ")
+    assert "sees no GPU" in last
+    assert "replicas" not in result.stdout  # the start line: nothing was trained
+
+
+def test_cpu_devices_train_on_cpu_replicas() -> None:
+    result = train(*TINY, "--devices", "cpu", "--cpu-replicas", "2", "--steps", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "on 2 replicas (/device:CPU:0, /device:CPU:1)" in result.stdout
+
+
 def watch(args: list[str], metadata: Path, kill_when: int | None = None) -> tuple[str, set[int]]:
     """Run mirrorwatch-train, noting the steps its checkpoints record (epochs of 400 steps).
 
