@@ -76,8 +76,14 @@ HOST_SPREAD = "instance:mirrorwatch_gpu_utilization_ratio:spread1m"
 THROTTLE = "instance_gpu:mirrorwatch_gpu_throttle_seconds:rate5m"
 THROUGHPUT = "instance_run:mirrorwatch_training_examples_per_second:sum"
 THROUGHPUT_BASELINE = "instance_run:mirrorwatch_training_examples_per_second:median1h"
+# Exporter gauge: Unix time of the latest event of each XID number (docs/metrics.md).
+XID_LAST_EVENT = "mirrorwatch_gpu_xid_last_event_timestamp_seconds"
 
 GPU_KEY = "job, instance, gpu, uuid"
+# GpuXidError and GpuEccUncorrectable fire for this long after the latest event.
+EVENT_WINDOW_MINUTES = 10
+EVENT_WINDOW = f"{EVENT_WINDOW_MINUTES}m"
+EVENT_WINDOW_SECONDS = EVENT_WINDOW_MINUTES * 60
 WORKER_KEY = "job, instance, run, worker"
 
 Setting = float | str | list[int]
@@ -375,8 +381,8 @@ def gpu_alerts(c: Config, b: RuleBuilder) -> list[Rule]:
     memory = c.number("GpuMemoryNearlyFull", "used_ratio")
     critical_xids = "|".join(str(x) for x in c.ints("GpuXidError", "critical_xids"))
     lookback = c.duration("GpuMissing", "fallback_lookback")
-    xid_crit = f'mirrorwatch_gpu_xid_errors_total{{xid=~"{critical_xids}"}}'
-    xid_warn = f'mirrorwatch_gpu_xid_errors_total{{xid!~"{critical_xids}"}}'
+    xid_crit = f'{{xid=~"{critical_xids}"}}'
+    xid_warn = f'{{xid!~"{critical_xids}"}}'
     ecc = 'mirrorwatch_gpu_ecc_errors_total{type="uncorrected"}'
     lagging_util = (
         f"{{{{ with printf `{RUN_GPU_UTIL}{{run=%q,uuid=%q}}` $labels.run $labels.uuid"
@@ -400,23 +406,30 @@ def gpu_alerts(c: Config, b: RuleBuilder) -> list[Rule]:
         + query_value(gpu_selector("mirrorwatch_gpu_pcie_link_width_max"))
     )
 
-    # A counter that grew in the last 10 minutes, or one that appeared (above 0) since then:
-    # the exporter may create an XID series only when the first event arrives.
-    def event_alert(alert: str, counter: str, severity: Severity, what: str, kind: str) -> Rule:
+    # The exporter stamps each XID number's latest event (Unix time): no counter function can
+    # see an XID that comes back after an exporter restart at the count it had before, and an
+    # instant `x unless x offset 10m` is true 10 minutes after every scrape gap (an instant
+    # selector finds nothing when the newest sample is a staleness marker). The counter on the
+    # left keeps `$value` the count since the exporter started.
+    def xid_alert(matcher: str, severity: Severity, what: str, kind: str) -> Rule:
+        counter = f"mirrorwatch_gpu_xid_errors_total{matcher}"
+        last_event = f"{XID_LAST_EVENT}{matcher}"
+        latest = (
+            f"{{{{ with printf `{XID_LAST_EVENT}{{instance=%q,uuid=%q,xid=%q}}` "
+            "$labels.instance $labels.uuid $labels.xid | query }}"
+            "{{ . | first | value | humanizeTimestamp }}{{ end }}"
+        )
         return b.alert(
-            alert,
+            "GpuXidError",
             f"""
             {counter}
-            and (
-              increase({counter}[10m]) > 0
-              or
-              ({counter} > 0 unless {counter} offset 10m)
-            )
+            and
+              time() - {last_event} < {EVENT_WINDOW_SECONDS}
             """,
             severity,
             f"{what} on GPU {{{{ $labels.gpu }}}} of {{{{ $labels.instance }}}}",
-            f"{GPU}, {RUN_OF_GPU}, reported {kind} in the last 10 minutes"
-            " ({{ $value }} since the exporter started).",
+            f"{GPU}, {RUN_OF_GPU}, reported {kind} in the last {EVENT_WINDOW_MINUTES} minutes, "
+            f"the latest at {latest} ({{{{ $value }}}} since the exporter started).",
             "{{ $value }}",
         )
 
@@ -574,26 +587,25 @@ def gpu_alerts(c: Config, b: RuleBuilder) -> list[Rule]:
             f"(alert above {num(nvlink_errors)}).",
             "{{ $value | humanize }}",
         ),
-        event_alert(
-            "GpuXidError",
-            xid_crit,
-            "critical",
-            "Critical XID {{ $labels.xid }}",
-            "critical XID {{ $labels.xid }}",
+        xid_alert(
+            xid_crit, "critical", "Critical XID {{ $labels.xid }}", "critical XID {{ $labels.xid }}"
         ),
-        event_alert(
-            "GpuXidError",
-            xid_warn,
-            "warning",
-            "XID {{ $labels.xid }}",
-            "XID {{ $labels.xid }}",
-        ),
-        event_alert(
+        xid_alert(xid_warn, "warning", "XID {{ $labels.xid }}", "XID {{ $labels.xid }}"),
+        # The driver's volatile count, present from driver load and kept across an exporter
+        # restart: increase() skips the staleness markers of a gap and counts a driver reload
+        # as a reset, not an error. A series first seen above 0 holds old errors: no alert.
+        b.alert(
             "GpuEccUncorrectable",
-            ecc,
+            f"""
+            {ecc}
+            and
+              increase({ecc}[{EVENT_WINDOW}]) > 0
+            """,
             "critical",
-            "Uncorrectable ECC errors",
-            "uncorrectable ECC memory errors",
+            "Uncorrectable ECC errors on GPU {{ $labels.gpu }} of {{ $labels.instance }}",
+            f"{GPU}, {RUN_OF_GPU}, reported uncorrectable ECC memory errors in the last "
+            f"{EVENT_WINDOW_MINUTES} minutes ({{{{ $value }}}} since the driver loaded).",
+            "{{ $value }}",
         ),
         b.alert(
             "GpuMemoryNearlyFull",

@@ -165,6 +165,14 @@ class GpuDevice(Protocol):
         """XID events seen since the exporter started, by XID number."""
         ...
 
+    def xid_last_event_timestamp_seconds(self) -> Mapping[int, float]:
+        """Unix time of the latest XID event of each number seen since the exporter started.
+
+        Only XID numbers with at least one event; lets alerts tell a new event from an old
+        count across scrape gaps and exporter restarts.
+        """
+        ...
+
     def peers(self) -> Sequence[PeerLink]: ...
 
 

@@ -257,7 +257,8 @@ class NvmlSession:
         """One ``nvmlDeviceGetFieldValues`` call for many fields; each field checked on its own.
 
         Returns the fields that answered. Raises ``_FieldsUnavailableError`` when the call fails as
-        a whole (old drivers), so the caller can fall back to the per-function API.
+        a whole (old drivers), so the caller can fall back to the per-function API; it does so
+        too, field by field, for each field left out (see ``NvmlDevice._batched``).
         """
         if device.lost:
             return {}
@@ -380,6 +381,23 @@ class NvmlDevice:
         ids = [self._session.constant(name) for name in names]
         return None if any(i is None for i in ids) else [(i, 0) for i in ids if i is not None]
 
+    def _batched(self, *names: str) -> list[float | None]:
+        """One batched read of these fields: each one's value, in order, or None for it.
+
+        None where that field did not answer (NVML reports support per field, in each value's
+        own ``nvmlReturn``: a successful call can answer NotSupported for some fields), or where
+        the batched call is unusable on this device or binding. The caller then reads that one
+        quantity from its single-call API, where one exists.
+        """
+        keys = self._field_ids(*names)
+        if keys is None:
+            return [None] * len(names)
+        try:
+            answered = self._fields(keys)
+        except _FieldsUnavailableError:
+            return [None] * len(names)
+        return [answered.get(key) for key in keys]
+
     def alive(self) -> bool:
         self._call("nvmlDeviceGetMemoryInfo")
         return not self.lost
@@ -417,12 +435,8 @@ class NvmlDevice:
         return _divided(self._call("nvmlDeviceGetEnforcedPowerLimit"), _MW_PER_W)
 
     def energy_joules_total(self) -> float | None:
-        keys = self._field_ids("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
-        try:
-            if keys is None:
-                raise _FieldsUnavailableError
-            millijoules = self._fields(keys).get(keys[0])
-        except _FieldsUnavailableError:
+        (millijoules,) = self._batched("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+        if millijoules is None:
             millijoules = _number(self._call("nvmlDeviceGetTotalEnergyConsumption"))
         return _divided(millijoules, _MJ_PER_J)
 
@@ -453,21 +467,15 @@ class NvmlDevice:
         }
 
     def throttle_seconds_total(self) -> Mapping[str, float]:
-        keys = self._field_ids(*(field for _, field, _ in _THROTTLE_SOURCES))
-        nanoseconds: dict[str, float] = {}
-        try:
-            if keys is None:
-                raise _FieldsUnavailableError
-            answered = self._fields(keys)
-            for (reason, _, _), key in zip(_THROTTLE_SOURCES, keys, strict=True):
-                if key in answered:
-                    nanoseconds[reason] = answered[key]
-        except _FieldsUnavailableError:
-            for reason, _, policy in _THROTTLE_SOURCES:
+        fields = self._batched(*(field for _, field, _ in _THROTTLE_SOURCES))
+        seconds: dict[str, float] = {}
+        for (reason, _, policy), nanoseconds in zip(_THROTTLE_SOURCES, fields, strict=True):
+            if nanoseconds is None:
                 status = self._call("nvmlDeviceGetViolationStatus", self._const(policy))
-                if status is not None:
-                    nanoseconds[reason] = float(status.violationTime)
-        return {reason: ns / _NS_PER_S for reason, ns in nanoseconds.items()}
+                nanoseconds = None if status is None else float(status.violationTime)
+            if nanoseconds is not None:
+                seconds[reason] = nanoseconds / _NS_PER_S
+        return seconds
 
     def pcie_link(self) -> PcieLink | None:
         link = PcieLink(
@@ -497,13 +505,10 @@ class NvmlDevice:
         return None
 
     def pcie_replays_total(self) -> float | None:
-        keys = self._field_ids("NVML_FI_DEV_PCIE_REPLAY_COUNTER")
-        try:
-            if keys is None:
-                raise _FieldsUnavailableError
-            return self._fields(keys).get(keys[0])
-        except _FieldsUnavailableError:
-            return _number(self._call("nvmlDeviceGetPcieReplayCounter"))
+        (replays,) = self._batched("NVML_FI_DEV_PCIE_REPLAY_COUNTER")
+        if replays is None:
+            replays = _number(self._call("nvmlDeviceGetPcieReplayCounter"))
+        return replays
 
     def nvlinks(self) -> Mapping[int, NvlinkCounters]:
         states = {
@@ -545,31 +550,36 @@ class NvmlDevice:
         }
 
     def ecc_errors_total(self) -> Mapping[EccErrorType, float] | None:
-        ids = self._field_ids("NVML_FI_DEV_ECC_CURRENT", *(f for f, _ in _ECC_ERRORS.values()))
-        counts: dict[EccErrorType, float] = {}
-        try:
-            if ids is None:
-                raise _FieldsUnavailableError
-            answered = self._fields(ids)
-            if not answered.get(ids[0]):
-                return None
-            for kind, key in zip(_ECC_ERRORS, ids[1:], strict=True):
-                if key in answered:
-                    counts[kind] = answered[key]
-        except _FieldsUnavailableError:
+        enabled, *fields = self._batched(
+            "NVML_FI_DEV_ECC_CURRENT", *(f for f, _ in _ECC_ERRORS.values())
+        )
+        if enabled is None:
             mode = self._call("nvmlDeviceGetEccMode")
-            if mode is None or int(mode[0]) != int(self._const("NVML_FEATURE_ENABLED")):
-                return None
-            volatile = self._const("NVML_VOLATILE_ECC")
-            for kind, (_, error_type) in _ECC_ERRORS.items():
-                count = self._call("nvmlDeviceGetTotalEccErrors", self._const(error_type), volatile)
-                if count is not None:
-                    counts[kind] = float(count)
+            on = int(self._const("NVML_FEATURE_ENABLED"))
+            enabled = None if mode is None else float(int(mode[0]) == on)
+        if not enabled:
+            return None
+        counts: dict[EccErrorType, float] = {}
+        for (kind, (_, error_type)), count in zip(_ECC_ERRORS.items(), fields, strict=True):
+            if count is None:
+                count = _number(
+                    self._call(
+                        "nvmlDeviceGetTotalEccErrors",
+                        self._const(error_type),
+                        self._const("NVML_VOLATILE_ECC"),
+                    )
+                )
+            if count is not None:
+                counts[kind] = count
         return counts or None
 
     def xid_errors_total(self) -> Mapping[int, float]:
         # Kept for a lost GPU too: the XID that lost it is the evidence worth alerting on.
         return self._xids.for_gpu(self._uuid)
+
+    def xid_last_event_timestamp_seconds(self) -> Mapping[int, float]:
+        # Stamped by the background thread when each event arrives (Unix time).
+        return self._xids.last_event_for_gpu(self._uuid)
 
     def peers(self) -> Sequence[PeerLink]:
         return self.peer_links

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -67,20 +68,33 @@ class BackgroundLoop:
 
 
 class XidCounts:
-    """XID events seen since the exporter started, per GPU UUID and XID number."""
+    """XID events seen since the exporter started, per GPU UUID and XID number.
+
+    Each XID number also keeps the Unix time of its latest event, so that alerts can tell a
+    new event from an old count even when a restart brings the count back to the same value.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, dict[int, float]] = {}
+        self._last_at: dict[str, dict[int, float]] = {}
 
-    def add(self, uuid: str, xid: int) -> None:
+    def add(self, uuid: str, xid: int, at_s: float) -> None:
+        """Count one event of `xid` on GPU `uuid`, seen at Unix time `at_s`."""
         with self._lock:
             per_gpu = self._counts.setdefault(uuid, {})
             per_gpu[xid] = per_gpu.get(xid, 0.0) + 1.0
+            last = self._last_at.setdefault(uuid, {})
+            last[xid] = max(last.get(xid, at_s), at_s)
 
     def for_gpu(self, uuid: str) -> Mapping[int, float]:
         with self._lock:
             return dict(self._counts.get(uuid, {}))
+
+    def last_event_for_gpu(self, uuid: str) -> Mapping[int, float]:
+        """Unix time of the latest event of each XID number GPU `uuid` reported."""
+        with self._lock:
+            return dict(self._last_at.get(uuid, {}))
 
 
 @dataclass
@@ -211,7 +225,7 @@ class XidEvents:
         if device is None:
             log.warning("XID %d from a GPU that is not registered", xid, extra={"xid": xid})
             return
-        self._counts.add(device.uuid, xid)
+        self._counts.add(device.uuid, xid, time.time())
         log.warning(
             "GPU %d (%s) reported XID %d",
             device.index,

@@ -1,4 +1,4 @@
-"""XID errors the driver reported, by XID number, counted since the exporter started."""
+"""XID errors the driver reported, by XID number: counts since exporter start, latest times."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from mirrorwatch.exporter.collectors.base import GpuCounter, ScrapeView, non_empty
+from mirrorwatch.exporter.collectors.base import GpuCounter, GpuGauge, ScrapeView, non_empty
 
 
 class XidCollector:
@@ -16,8 +16,15 @@ class XidCollector:
             "XID error events since the exporter started, by XID number.",
             ["xid"],
         )
+        last_event = GpuGauge(
+            "mirrorwatch_gpu_xid_last_event_timestamp_seconds",
+            "Unix time of the latest XID event of this number since the exporter started.",
+            ["xid"],
+        )
         # Every GPU, lost ones included: the XID that reported the loss is the point.
         for gpu in view.gpus:
             for xid, count in sorted(gpu.xid_errors_total().items()):
                 errors.add(gpu, count, str(xid))
-        yield from non_empty(errors)
+            for xid, at in sorted(gpu.xid_last_event_timestamp_seconds().items()):
+                last_event.add(gpu, at, str(xid))
+        yield from non_empty(errors, last_event)

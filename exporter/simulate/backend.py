@@ -53,15 +53,22 @@ class SimulatedGpu:
     Counters sum each second's rate over the whole seconds before now plus the part of the
     current one, so a reading depends only on the clock value. The running sum is cached and
     advanced incrementally under a lock (scrapes run concurrently), and rebuilt from zero when
-    the clock goes backwards.
+    the clock goes backwards. `epoch` gives the Unix time of scenario second 0, for readings
+    that are timestamps.
     """
 
     def __init__(
-        self, physics: GpuPhysics, hardware: Hardware, seed: int, now: Callable[[], float]
+        self,
+        physics: GpuPhysics,
+        hardware: Hardware,
+        seed: int,
+        now: Callable[[], float],
+        epoch: Callable[[], float],
     ) -> None:
         self._physics = physics
         self._hardware = hardware
         self._now = now
+        self._epoch = epoch
         self._index = physics.index
         self._uuid = gpu_uuid(seed, physics.index)
         self._pci_bus_id = pci_bus_id(physics.index)
@@ -261,6 +268,13 @@ class SimulatedGpu:
         t = self._time()
         return {} if self._physics.lost(t) else self._physics.xid_counts(t)
 
+    def xid_last_event_timestamp_seconds(self) -> Mapping[int, float]:
+        t = self._time()
+        if self._physics.lost(t):
+            return {}
+        epoch = self._epoch()
+        return {xid: epoch + at for xid, at in self._physics.xid_last_events(t).items()}
+
     def peers(self) -> Sequence[PeerLink]:
         return self._peers if self.alive() else ()
 
@@ -272,9 +286,19 @@ class SimulatedBackend:
     since start() (or since construction, for readings taken before start()), and start() also
     runs a thread that evaluates each GPU once a second, so that a scrape finds the second's
     readings and counters ready instead of catching up on the seconds since the last one.
+
+    Timestamps (the XID latest-event times) map scenario time to Unix time as `epoch` plus
+    scenario seconds. By default `epoch` is the wall-clock time at which the scenario clock
+    read 0: taken at start() with the default clock, at construction with an injected one.
     """
 
-    def __init__(self, scenario: Scenario, *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        clock: Callable[[], float] | None = None,
+        epoch: float | None = None,
+    ) -> None:
         problem = scenario.reference_problem()
         if problem is not None:
             field, what = problem
@@ -282,8 +306,16 @@ class SimulatedBackend:
         self._scenario = scenario
         self._clock = clock
         self._started_at = time.monotonic()
+        self._fixed_epoch = epoch
+        self._epoch = time.time() - self._now() if epoch is None else epoch
         self._gpus = tuple(
-            SimulatedGpu(GpuPhysics(scenario, index), scenario.gpus, scenario.seed, self._now)
+            SimulatedGpu(
+                GpuPhysics(scenario, index),
+                scenario.gpus,
+                scenario.seed,
+                self._now,
+                self._wall_epoch,
+            )
             for index in range(scenario.gpus.count)
         )
         self._stop = threading.Event()
@@ -293,6 +325,9 @@ class SimulatedBackend:
         if self._clock is not None:
             return self._clock()
         return time.monotonic() - self._started_at
+
+    def _wall_epoch(self) -> float:
+        return self._epoch
 
     @property
     def kind(self) -> Literal["simulated"]:
@@ -306,6 +341,8 @@ class SimulatedBackend:
         if self._clock is not None:
             return
         self._started_at = time.monotonic()
+        if self._fixed_epoch is None:
+            self._epoch = time.time()
         if self._ticker is None:
             self._stop.clear()
             self._ticker = threading.Thread(

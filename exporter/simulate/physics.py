@@ -148,6 +148,20 @@ def burst_count(count: int, at: float, duration: float | None, t: float) -> floa
     return float(math.floor(count * (t - at) / duration))
 
 
+def burst_last_event(count: int, at: float, duration: float | None, t: float) -> float | None:
+    """When the latest event by `t` of `count` spread evenly over [at, at + duration] happened.
+
+    Event k (1..count) happens at at + k * duration / count, when burst_count reaches k; all of
+    them at `at` without a duration. None before the first.
+    """
+    seen = burst_count(count, at, duration, t)
+    if seen == 0.0:
+        return None
+    if not duration:
+        return at
+    return min(at + seen * duration / count, t)
+
+
 class GpuPhysics:
     """The behaviour of GPU `index` of a scenario; pure functions of time, no state."""
 
@@ -358,6 +372,15 @@ class GpuPhysics:
         for event in self._xids:
             counts[event.xid] += burst_count(event.count, event.at, event.duration, t)
         return counts
+
+    def xid_last_events(self, t: float) -> dict[int, float]:
+        """Scenario time of the latest XID event by `t`, by XID number; only XIDs seen by `t`."""
+        latest: dict[int, float] = {}
+        for event in self._xids:
+            at = burst_last_event(event.count, event.at, event.duration, t)
+            if at is not None and at >= latest.get(event.xid, at):
+                latest[event.xid] = at
+        return latest
 
     def ecc_counts(self, t: float) -> dict[EccErrorType, float]:
         """Volatile ECC errors by `t`, by type."""

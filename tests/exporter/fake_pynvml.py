@@ -11,6 +11,7 @@ import time
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import pynvml
 
@@ -70,7 +71,8 @@ class FakeGpu:
     )
     clocks_event_active: int = 0x4 | 0x40  # sw_power_cap, hw_thermal_slowdown
     clocks_event_supported: int = 0x1FF & ~0x100  # everything but display_clock_setting
-    violation_ns: list[int] = field(
+    # Per NVML_PERF_POLICY_*; None: that policy is unsupported (its field and ViolationStatus).
+    violation_ns: list[int | None] = field(
         default_factory=lambda: [2_500_000_000, 1_000_000_000, 0, 500_000_000, 7_000_000_000, 0]
     )
     pcie_generation: int = 4
@@ -88,7 +90,9 @@ class FakeGpu:
     ecc_uncorrected: int = 1
     xid_events_supported: bool = True
     errors: dict[str, int] = field(default_factory=dict)  # function -> NVML_ERROR_* it raises
-    field_errors: dict[int, int] = field(default_factory=dict)  # field id -> nvmlReturn
+    # The nvmlReturn a field answers while nvmlDeviceGetFieldValues itself succeeds, by field id
+    # (any scope) or (field id, scope id) (one NVLink link).
+    field_errors: dict[int | tuple[int, int], int] = field(default_factory=dict)
     lost: bool = False  # every call on this GPU raises NVML_ERROR_GPU_IS_LOST
 
 
@@ -105,11 +109,15 @@ class FakeValue:
 
 @dataclass
 class FakeFieldValue:
+    """pynvml's c_nvmlFieldValue_t: ``nvmlReturn`` is this one field's own outcome."""
+
     fieldId: int  # noqa: N815 - nvmlFieldValue_t's member names
     scopeId: int  # noqa: N815
     nvmlReturn: int  # noqa: N815
     valueType: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG  # noqa: N815
     value: FakeValue = field(default_factory=FakeValue)
+    timestamp: int = 0
+    latencyUsec: int = 0  # noqa: N815
 
 
 @dataclass
@@ -143,7 +151,7 @@ class FakeViolation:
     violationTime: int  # noqa: N815
 
 
-def _raise(code: int) -> None:
+def _raise(code: int) -> NoReturn:
     raise pynvml.NVMLError(code)
 
 
@@ -278,8 +286,10 @@ class FakeNvml(types.ModuleType):
         return gpu.clocks_event_supported
 
     def nvmlDeviceGetViolationStatus(self, handle: FakeHandle, policy: int) -> FakeViolation:  # noqa: N802
-        gpu = self._gpu("nvmlDeviceGetViolationStatus", handle)
-        return FakeViolation(referenceTime=0, violationTime=gpu.violation_ns[policy])
+        nanoseconds = self._gpu("nvmlDeviceGetViolationStatus", handle).violation_ns[policy]
+        if nanoseconds is None:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return FakeViolation(referenceTime=0, violationTime=nanoseconds)
 
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: FakeHandle) -> int:  # noqa: N802
         return self._gpu("nvmlDeviceGetCurrPcieLinkGeneration", handle).pcie_generation
@@ -354,12 +364,16 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetFieldValues(  # noqa: N802
         self, handle: FakeHandle, field_ids: Sequence[int | tuple[int, int]]
     ) -> list[FakeFieldValue]:
+        """As pynvml's: raises only when the call as a whole fails; each field's own outcome is
+        its value's ``nvmlReturn`` (pynvml returns the c_nvmlFieldValue_t array unchecked)."""
         gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
         answers = []
         for requested in field_ids:
             field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
             value = self._field(gpu, field_id, scope)
-            code = gpu.field_errors.get(field_id, pynvml.NVML_SUCCESS)
+            code = gpu.field_errors.get(
+                (field_id, scope), gpu.field_errors.get(field_id, pynvml.NVML_SUCCESS)
+            )
             if value is None and code == pynvml.NVML_SUCCESS:
                 code = pynvml.NVML_ERROR_NOT_SUPPORTED
             answers.append(

@@ -62,6 +62,7 @@ class StaticGpu:
     )
     ecc: Mapping[EccErrorType, float] | None = field(default_factory=lambda: dict(ECC_COUNTS))
     xids: Mapping[int, float] = field(default_factory=dict)
+    xid_last_events: Mapping[int, float] = field(default_factory=dict)
     peer_links: Sequence[PeerLink] = ()
 
     def alive(self) -> bool:
@@ -123,6 +124,9 @@ class StaticGpu:
 
     def xid_errors_total(self) -> Mapping[int, float]:
         return self.xids
+
+    def xid_last_event_timestamp_seconds(self) -> Mapping[int, float]:
+        return self.xid_last_events
 
     def peers(self) -> Sequence[PeerLink]:
         return self.peer_links

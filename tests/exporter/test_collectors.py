@@ -123,7 +123,14 @@ def test_unsupported_readings_are_absent_never_zero() -> None:
 
 def test_a_lost_gpu_reports_up_zero_while_the_other_keeps_reporting() -> None:
     healthy = StaticGpu(index=0, uuid=UUID0)
-    lost = StaticGpu(index=1, uuid=UUID1, pci_bus_id="0000:43:00.0", is_alive=False, xids={79: 1})
+    lost = StaticGpu(
+        index=1,
+        uuid=UUID1,
+        pci_bus_id="0000:43:00.0",
+        is_alive=False,
+        xids={79: 1},
+        xid_last_events={79: 1.7e9},
+    )
     lines = series(StaticBackend([healthy, lost]))
     assert f'mirrorwatch_gpu_up{{gpu="0",uuid="{UUID0}"}} 1.0' in lines
     assert f'mirrorwatch_gpu_up{{gpu="1",uuid="{UUID1}"}} 0.0' in lines
@@ -132,7 +139,29 @@ def test_a_lost_gpu_reports_up_zero_while_the_other_keeps_reporting() -> None:
         "mirrorwatch_gpu_info",
         "mirrorwatch_gpu_up",
         "mirrorwatch_gpu_xid_errors_total",
+        "mirrorwatch_gpu_xid_last_event_timestamp_seconds",
     ]
+
+
+def test_xid_counts_and_latest_event_times_are_served_per_xid_number() -> None:
+    gpu = StaticGpu(xids={13: 2.0, 48: 1.0}, xid_last_events={13: 1722850000.5, 48: 1722849000.0})
+    found = samples(StaticBackend([gpu]))
+    assert {key: value for key, value in found.items() if "_xid_" in key[0]} == {
+        ("mirrorwatch_gpu_xid_errors_total", "xid=13"): 2.0,
+        ("mirrorwatch_gpu_xid_errors_total", "xid=48"): 1.0,
+        ("mirrorwatch_gpu_xid_last_event_timestamp_seconds", "xid=13"): 1722850000.5,
+        ("mirrorwatch_gpu_xid_last_event_timestamp_seconds", "xid=48"): 1722849000.0,
+    }
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuMetrics(StaticBackend([gpu]), ExporterInfo("1.2.3"), ["xid"]))
+    types = {
+        family.name: family.type
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+    }
+    assert types["mirrorwatch_gpu_xid_last_event_timestamp_seconds"] == "gauge"
+    assert types["mirrorwatch_gpu_xid_errors"] == "counter"
+    # No XID yet: neither family is served.
+    assert not [line for line in series(StaticBackend([StaticGpu()])) if "_xid_" in line]
 
 
 def test_backend_down_serves_up_zero_and_no_gpu_series() -> None:

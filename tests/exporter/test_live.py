@@ -97,6 +97,7 @@ def test_healthy_scenario_has_no_xid_but_every_other_metric_on_both_gpus() -> No
         families = gpus_per_family(httpx.get(exporter.url + "/metrics").text)
     missing = [name for name in CONTRACT_GPU_METRICS if families.get(name) != {"0", "1"}]
     assert missing == ["mirrorwatch_gpu_xid_errors_total"]
+    assert "mirrorwatch_gpu_xid_last_event_timestamp_seconds" not in families
 
 
 def test_without_nvml_the_exporter_serves_up_zero_and_readyz_503() -> None:

@@ -350,23 +350,20 @@ def test_unknown_error_marks_that_gpu_lost(fake: FakeNvml, make_backend: Any) ->
 
 
 def test_field_values_are_checked_field_by_field(fake: FakeNvml, make_backend: Any) -> None:
+    """Only the fields that answered NotSupported are read again, each by its single call."""
     fake.gpus[0].field_errors = {
         pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL: pynvml.NVML_ERROR_NOT_SUPPORTED,
         pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: pynvml.NVML_ERROR_NOT_SUPPORTED,
         pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: pynvml.NVML_ERROR_NOT_SUPPORTED,
     }
     gpu = make_backend(fake).gpus()[0]
-    assert gpu.throttle_seconds_total() == {
-        "power": 2.5,
-        "sync_boost": 0.0,
-        "board_limit": 0.5,
-        "low_utilization": 7.0,
-        "reliability": 0.0,
-    }
-    assert gpu.ecc_errors_total() == {"corrected": 12.0}
-    assert gpu.energy_joules_total() is None
-    assert fake.calls["nvmlDeviceGetViolationStatus"] == 0
-    assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 0
+    assert gpu.throttle_seconds_total() == FULL_READINGS["throttle_seconds_total"]
+    assert gpu.ecc_errors_total() == FULL_READINGS["ecc_errors_total"]
+    assert gpu.energy_joules_total() == FULL_READINGS["energy_joules_total"]
+    assert fake.calls["nvmlDeviceGetViolationStatus"] == 1  # thermal only
+    assert fake.calls["nvmlDeviceGetTotalEccErrors"] == 1  # uncorrected only
+    assert fake.calls["nvmlDeviceGetEccMode"] == 0  # the ECC mode field answered
+    assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 1
     assert gpu.alive()
 
 
@@ -379,6 +376,7 @@ def test_a_field_answering_gpu_is_lost_marks_the_gpu_lost(
     gpu = make_backend(fake).gpus()[0]
     assert gpu.pcie_replays_total() is None
     assert not gpu.alive()
+    assert fake.calls["nvmlDeviceGetPcieReplayCounter"] == 0  # a lost GPU is not asked again
 
 
 def test_throttle_counters_come_from_one_field_values_call(
@@ -388,6 +386,173 @@ def test_throttle_counters_come_from_one_field_values_call(
     before = fake.calls["nvmlDeviceGetFieldValues"]
     gpu.throttle_seconds_total()
     assert fake.calls["nvmlDeviceGetFieldValues"] == before + 1
+
+
+# The batched call succeeds but chosen fields answer NotSupported. Real pynvml (nvidia-ml-py
+# 13.615.71, pynvml.py): nvmlDeviceGetFieldValues fills a c_nvmlFieldValue_t array, runs
+# _nvmlCheckReturn only on the call's own return and returns the array unchecked, so each
+# field's outcome is its own ``nvmlReturn`` member; NVML reports support per field there.
+_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+_PERF_POLICY_FIELDS = (
+    pynvml.NVML_FI_DEV_PERF_POLICY_POWER,
+    pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL,
+    pynvml.NVML_FI_DEV_PERF_POLICY_SYNC_BOOST,
+    pynvml.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT,
+    pynvml.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION,
+    pynvml.NVML_FI_DEV_PERF_POLICY_RELIABILITY,
+)
+_ECC_FIELDS = (
+    pynvml.NVML_FI_DEV_ECC_CURRENT,
+    pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+)
+# reading -> the fields its batched read asks for, and its single-call fallbacks.
+BATCHED_READS: list[tuple[str, tuple[int, ...], tuple[str, ...]]] = [
+    ("throttle_seconds_total", _PERF_POLICY_FIELDS, ("nvmlDeviceGetViolationStatus",)),
+    (
+        "energy_joules_total",
+        (pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,),
+        ("nvmlDeviceGetTotalEnergyConsumption",),
+    ),
+    (
+        "pcie_replays_total",
+        (pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER,),
+        ("nvmlDeviceGetPcieReplayCounter",),
+    ),
+    ("ecc_errors_total", _ECC_FIELDS, ("nvmlDeviceGetEccMode", "nvmlDeviceGetTotalEccErrors")),
+]
+
+
+@pytest.mark.parametrize(
+    ("reading", "fields", "functions"), BATCHED_READS, ids=[case[0] for case in BATCHED_READS]
+)
+def test_fields_answering_not_supported_fall_back_to_their_single_calls(
+    fake: FakeNvml,
+    make_backend: Any,
+    caplog: pytest.LogCaptureFixture,
+    reading: str,
+    fields: tuple[int, ...],
+    functions: tuple[str, ...],
+) -> None:
+    fake.gpus[0].field_errors = dict.fromkeys(fields, _NOT_SUPPORTED)
+    gpu = make_backend(fake).gpus()[0]
+    before = fake.calls["nvmlDeviceGetFieldValues"]
+    with caplog.at_level(logging.WARNING, logger="mirrorwatch.exporter.nvml"):
+        assert readings(gpu)[reading] == FULL_READINGS[reading]
+    assert fake.calls["nvmlDeviceGetFieldValues"] > before  # the batched call itself succeeded
+    assert all(fake.calls[function] > 0 for function in functions)
+    assert caplog.records == []
+    assert gpu.alive()
+
+
+@pytest.mark.parametrize(
+    ("reading", "fields", "functions"), BATCHED_READS, ids=[case[0] for case in BATCHED_READS]
+)
+def test_a_batched_reading_is_absent_only_when_neither_field_nor_single_call_answers(
+    fake: FakeNvml,
+    make_backend: Any,
+    caplog: pytest.LogCaptureFixture,
+    reading: str,
+    fields: tuple[int, ...],
+    functions: tuple[str, ...],
+) -> None:
+    fake.gpus[0].field_errors = dict.fromkeys(fields, _NOT_SUPPORTED)
+    fake.gpus[0].errors = dict.fromkeys(functions, _NOT_SUPPORTED)
+    gpu = make_backend(fake).gpus()[0]
+    with caplog.at_level(logging.WARNING, logger="mirrorwatch.exporter.nvml"):
+        assert readings(gpu)[reading] == ABSENT_READINGS[reading]
+    assert caplog.records == []
+    assert gpu.alive()
+
+
+def test_throttle_time_falls_back_per_reason_when_perf_policy_fields_are_unsupported(
+    fake: FakeNvml, make_backend: Any
+) -> None:
+    """Issue 15: every NVML_FI_DEV_PERF_POLICY_* field answers NotSupported in a successful
+    nvmlDeviceGetFieldValues; nvmlDeviceGetViolationStatus answers each reason."""
+    fake.gpus[0].field_errors = dict.fromkeys(_PERF_POLICY_FIELDS, _NOT_SUPPORTED)
+    gpu = make_backend(fake).gpus()[0]
+    assert gpu.throttle_seconds_total() == FULL_READINGS["throttle_seconds_total"]
+    assert fake.calls["nvmlDeviceGetViolationStatus"] == 6
+
+
+def test_a_throttle_reason_is_absent_only_when_neither_its_field_nor_violation_status_answers(
+    fake: FakeNvml, make_backend: Any
+) -> None:
+    gpu0 = fake.gpus[0]
+    gpu0.violation_ns[pynvml.NVML_PERF_POLICY_THERMAL] = None  # neither source answers
+    gpu0.field_errors = {pynvml.NVML_FI_DEV_PERF_POLICY_POWER: _NOT_SUPPORTED}
+    gpu = make_backend(fake).gpus()[0]
+    assert gpu.throttle_seconds_total() == {
+        "power": 2.5,  # from nvmlDeviceGetViolationStatus
+        "sync_boost": 0.0,
+        "board_limit": 0.5,
+        "low_utilization": 7.0,
+        "reliability": 0.0,
+    }
+    assert fake.calls["nvmlDeviceGetViolationStatus"] == 2  # power and thermal
+
+
+def test_ecc_falls_back_field_by_field(fake: FakeNvml, make_backend: Any) -> None:
+    fake.gpus[0].field_errors = {
+        pynvml.NVML_FI_DEV_ECC_CURRENT: _NOT_SUPPORTED,
+        pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: _NOT_SUPPORTED,
+    }
+    fake.gpus[0].ecc_uncorrected = 5
+    gpu = make_backend(fake).gpus()[0]
+    assert gpu.ecc_errors_total() == {"corrected": 12.0, "uncorrected": 5.0}
+    assert fake.calls["nvmlDeviceGetEccMode"] == 1
+    assert fake.calls["nvmlDeviceGetTotalEccErrors"] == 1  # corrected only
+
+
+def test_ecc_mode_off_from_the_fallback_reads_absent(fake: FakeNvml, make_backend: Any) -> None:
+    fake.gpus[0].field_errors = {pynvml.NVML_FI_DEV_ECC_CURRENT: _NOT_SUPPORTED}
+    fake.gpus[0].ecc_enabled = False
+    assert make_backend(fake).gpus()[0].ecc_errors_total() is None
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,),
+        (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES),
+    ],
+    ids=["tx", "tx and rx"],
+)
+def test_pcie_byte_fields_answering_not_supported_fall_back_to_sampled_throughput(
+    fake: FakeNvml, make_backend: Any, clock: FakeClock, fields: tuple[int, ...]
+) -> None:
+    fake.gpus[0].field_errors = dict.fromkeys(fields, _NOT_SUPPORTED)
+    backend = make_backend(fake, pcie_sample_interval_s=1.0)
+    gpu0, gpu1 = backend.gpus()
+    backend.poll()
+    clock.advance(2.0)
+    backend.poll()
+    assert gpu0.pcie_bytes_total() == (2 * 1000 * 1024.0, 2 * 3000 * 1024.0)
+    assert gpu1.pcie_bytes_total() == (5_000_000.0, 9_000_000.0)
+
+
+def test_an_nvlink_throughput_field_answering_not_supported_is_absent_for_that_link_only(
+    fake: FakeNvml, make_backend: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No single call stands in: the NVLink utilization counters (deprecated in CUDA 13.0)
+    count what a root-only control selects, so they are not read; see docs/metrics.md."""
+    fake.gpus[0].nvlinks = {
+        0: FakeLink(transmit_kib=10, receive_kib=20),
+        1: FakeLink(transmit_kib=30, receive_kib=40),
+    }
+    fake.gpus[0].field_errors = {
+        (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 1): _NOT_SUPPORTED,
+    }
+    gpu = make_backend(fake).gpus()[0]
+    with caplog.at_level(logging.WARNING, logger="mirrorwatch.exporter.nvml"):
+        links = gpu.nvlinks()
+    assert {link: (c.transmit_bytes, c.receive_bytes) for link, c in links.items()} == {
+        0: (10_240.0, 20_480.0),
+        1: (None, 40_960.0),
+    }
+    assert caplog.records == []
+    assert fake.calls["nvmlDeviceGetNvLinkUtilizationCounter"] == 0
 
 
 def test_counters_fall_back_to_the_per_function_api_when_field_values_fail(
@@ -644,6 +809,50 @@ def test_xid_events_are_counted_per_gpu_and_xid(fake: FakeNvml, make_backend: An
     assert gpu1.xid_errors_total() == {48: 1.0}
     assert gpu0.alive()
     assert gpu1.alive()
+
+
+def test_each_xid_number_keeps_the_unix_time_of_its_latest_event(
+    fake: FakeNvml, make_backend: Any
+) -> None:
+    backend = make_backend(fake)
+    gpu0, gpu1 = backend.gpus()
+    assert gpu0.xid_last_event_timestamp_seconds() == {}
+    fake.xid(0, 13)
+    fake.xid(1, 48)
+    before = time.time()
+    backend.poll()
+    after = time.time()
+    first = gpu0.xid_last_event_timestamp_seconds()
+    assert list(first) == [13]
+    assert before <= first[13] <= after
+    assert list(gpu1.xid_last_event_timestamp_seconds()) == [48]
+    time.sleep(0.01)
+    fake.xid(0, 13)
+    backend.poll()
+    assert gpu0.xid_errors_total() == {13: 2.0}
+    assert gpu0.xid_last_event_timestamp_seconds()[13] > first[13]
+    assert list(gpu1.xid_last_event_timestamp_seconds()) == [48]
+
+
+def test_xid_counts_and_times_survive_an_nvml_outage(
+    fake: FakeNvml, make_backend: Any, clock: FakeClock
+) -> None:
+    # The alert rules rely on it: after NVML comes back, the same XID series return unchanged.
+    backend = make_backend(fake)
+    fake.xid(0, 13)
+    backend.poll()
+    counts = backend.gpus()[0].xid_errors_total()
+    times = backend.gpus()[0].xid_last_event_timestamp_seconds()
+    fake.driver_error = pynvml.NVML_ERROR_UNINITIALIZED
+    assert backend.gpus()[0].utilization_ratio() is None
+    backend.poll()
+    assert not backend.status().up
+    fake.driver_error = None
+    clock.advance(1.0)
+    backend.poll()
+    assert backend.status().up
+    assert backend.gpus()[0].xid_errors_total() == counts == {13: 1.0}
+    assert backend.gpus()[0].xid_last_event_timestamp_seconds() == times
 
 
 def test_xid_79_marks_the_gpu_lost(fake: FakeNvml, make_backend: Any) -> None:

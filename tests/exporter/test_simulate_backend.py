@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,7 @@ def readings(gpu: GpuDevice) -> dict[str, Any]:
         "nvlinks": gpu.nvlinks(),
         "ecc_errors_total": gpu.ecc_errors_total(),
         "xid_errors_total": gpu.xid_errors_total(),
+        "xid_last_event_timestamp_seconds": gpu.xid_last_event_timestamp_seconds(),
         "peers": gpu.peers(),
     }
     for threshold in TEMPERATURE_THRESHOLDS:
@@ -167,6 +169,7 @@ def test_default_hardware_limits_are_an_h100s() -> None:
     assert values["pcie_link"] == PcieLink(5, 5, 16, 16)
     assert sorted(values["nvlinks"]) == [0, 1, 2, 3]
     assert values["xid_errors_total"] == {}
+    assert values["xid_last_event_timestamp_seconds"] == {}
     assert values["ecc_errors_total"] == {"corrected": 0.0, "uncorrected": 0.0}
 
 
@@ -519,6 +522,64 @@ def test_pcie_replays_and_corrected_ecc_spread_over_their_duration(tmp_path: Pat
     assert gpu.pcie_replays_total() == 100.0
 
 
+EPOCH = 1_722_850_000.0
+
+
+@pytest.mark.parametrize(
+    ("now", "counts", "latest"),
+    [
+        (9.0, {13: 0.0, 48: 0.0}, {}),
+        (10.0, {13: 1.0, 48: 0.0}, {13: 10.0}),
+        # XID 48's four events spread over 20..60 s come at 30, 40, 50 and 60 s.
+        (39.5, {13: 1.0, 48: 1.0}, {13: 10.0, 48: 30.0}),
+        (45.0, {13: 1.0, 48: 2.0}, {13: 10.0, 48: 40.0}),
+        (99.0, {13: 1.0, 48: 4.0}, {13: 10.0, 48: 60.0}),
+        (100.0, {13: 2.0, 48: 4.0}, {13: 100.0, 48: 60.0}),
+    ],
+)
+def test_xid_latest_event_times_are_the_scenarios_events_in_unix_time(
+    tmp_path: Path, now: float, counts: dict[int, float], latest: dict[int, float]
+) -> None:
+    scenario = scenario_from(
+        tmp_path,
+        "description: d\nevents:\n"
+        "  - {type: xid, gpu: 0, xid: 13, at: 10}\n"
+        "  - {type: xid, gpu: 0, xid: 48, count: 4, at: 20, duration: 40}\n"
+        "  - {type: xid, gpu: 0, xid: 13, at: 100}\n",
+    )
+    gpu = SimulatedBackend(scenario, clock=FakeClock(now), epoch=EPOCH).gpus()[0]
+    assert gpu.xid_errors_total() == counts
+    # Only XIDs seen so far have a time; the counter is there at 0 from the start.
+    assert gpu.xid_last_event_timestamp_seconds() == {xid: EPOCH + at for xid, at in latest.items()}
+
+
+def test_with_a_fake_clock_scenario_second_0_is_the_wall_time_at_construction(
+    tmp_path: Path,
+) -> None:
+    scenario = scenario_from(
+        tmp_path, "description: d\nevents: [{type: xid, gpu: 1, xid: 43, at: 20}]\n"
+    )
+    before = time.time()
+    backend, _ = backend_at(scenario, now=50.0)
+    after = time.time()
+    at = backend.gpus()[1].xid_last_event_timestamp_seconds()[43]
+    assert before - 30.0 <= at <= after - 30.0
+
+
+def test_a_lost_gpu_reports_no_xid_times(tmp_path: Path) -> None:
+    scenario = scenario_from(
+        tmp_path,
+        "description: d\nevents:\n"
+        "  - {type: xid, gpu: 0, xid: 79, at: 10}\n"
+        "  - {type: gpu_lost, gpu: 0, at: 10, duration: 5}\n",
+    )
+    backend, clock = backend_at(scenario, now=12.0)
+    gpu = backend.gpus()[0]
+    assert gpu.xid_last_event_timestamp_seconds() == {}
+    clock.now = 15.0
+    assert list(gpu.xid_last_event_timestamp_seconds()) == [79]
+
+
 # --- the default clock ----------------------------------------------------------------------
 
 
@@ -546,6 +607,22 @@ def test_start_runs_one_background_thread_and_shutdown_stops_it() -> None:
     backend.shutdown()
     assert len(started) == 1
     assert not started & simulator_threads()
+
+
+def test_with_the_real_clock_scenario_second_0_is_the_wall_time_at_start(tmp_path: Path) -> None:
+    scenario = scenario_from(
+        tmp_path, "description: d\nevents: [{type: xid, gpu: 0, xid: 13, at: 0}]\n"
+    )
+    backend = SimulatedBackend(scenario)
+    time.sleep(0.05)  # construction and start() differ: the time is taken at start()
+    before = time.time()
+    backend.start()
+    after = time.time()
+    try:
+        at = backend.gpus()[0].xid_last_event_timestamp_seconds()[13]
+        assert before <= at <= after
+    finally:
+        backend.shutdown()
 
 
 def test_a_fake_clock_runs_no_background_thread() -> None:

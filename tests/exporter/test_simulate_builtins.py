@@ -154,6 +154,8 @@ def test_xid_gpu_1_reports_xid_43_then_48_with_its_ecc_error(
 ) -> None:
     first, second, _ = host("xid", now)
     assert second.xid_errors_total() == xids
+    # An XID has a latest-event time once it happened, not while its counter waits at 0.
+    assert set(second.xid_last_event_timestamp_seconds()) == {x for x, n in xids.items() if n}
     assert (second.ecc_errors_total() or {}).get("uncorrected") == uncorrected
     assert first.xid_errors_total() == {}
 
@@ -193,6 +195,7 @@ def test_gpu_lost_gpu_1_answers_nothing_after_20_seconds() -> None:
         second.throttle_seconds_total(),
         second.nvlinks(),
         second.xid_errors_total(),
+        second.xid_last_event_timestamp_seconds(),
         second.peers(),
     ]
     assert [len(value) for value in empty] == [0] * len(empty)
