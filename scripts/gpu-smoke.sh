@@ -7,8 +7,13 @@
 # contract whether this host exposes it. Exits non-zero when the exporter never gets ready,
 # the scrape fails, promtool rejects it, or a collector reports failure.
 #
+# Then (scripts/gpu_train_smoke.py) trains under MirroredStrategy on GPU 0 split into two
+# logical GPUs, the callback pushing to that exporter, and checks replica_info carries GPU 0's
+# real UUID and that its series move. About 2 minutes in all.
+#
 # Environment: SMOKE_LISTEN (default 127.0.0.1:19848), SMOKE_READY_TIMEOUT_S (default 60),
-# EXPORTER (default .venv/bin/mirrorwatch-exporter, else the one on PATH).
+# EXPORTER (default .venv/bin/mirrorwatch-exporter, else the one on PATH), SMOKE_TRAIN (1; 0
+# skips the fit), SMOKE_TRAIN_SECONDS (60), PYTHON (with tensorflow[and-cuda]; default .venv's).
 
 set -euo pipefail
 
@@ -122,6 +127,7 @@ families=(
   mirrorwatch_gpu_nvlink_errors_total
   mirrorwatch_gpu_ecc_errors_total
   mirrorwatch_gpu_xid_errors_total
+  mirrorwatch_gpu_xid_last_event_timestamp_seconds
   mirrorwatch_gpu_p2p_link_info
 )
 printf '%-48s %s\n' "metric family" "exposed on this GPU"
@@ -129,7 +135,7 @@ for family in "${families[@]}"; do
   series="$(grep -cE "^${family}(\{| )" "$metrics" || true)"
   if ((series > 0)); then
     printf '%-48s yes (%d series)\n' "$family" "$series"
-  elif [[ "$family" == mirrorwatch_gpu_xid_errors_total ]]; then
+  elif [[ "$family" == mirrorwatch_gpu_xid_* ]]; then
     printf '%-48s no (no XID seen since the exporter started)\n' "$family"
   else
     printf '%-48s no\n' "$family"
@@ -143,5 +149,19 @@ if [[ -n "$failed_collectors" ]]; then
   tail -n 40 "$workdir/exporter.log" >&2
   fail "collectors reported failure: $(echo "$failed_collectors" | tr '\n' ' ')"
 fi
+
+# A real fit on this GPU, split into two logical GPUs, pushing to the exporter above.
+if [[ "${SMOKE_TRAIN:-1}" == "1" ]]; then
+  python="${PYTHON:-}"
+  if [[ -z "$python" ]]; then
+    if [[ -x "$repo_root/.venv/bin/python" ]]; then python="$repo_root/.venv/bin/python"; else python=python3; fi
+  fi
+  "$python" -c "import tensorflow, mirrorwatch.trainer" 2>/dev/null \
+    || fail "$python cannot import tensorflow and mirrorwatch.trainer: install tensorflow[and-cuda] and mirrorwatch (or SMOKE_TRAIN=0)"
+  echo
+  "$python" "$repo_root/scripts/gpu_train_smoke.py" --exporter "$base_url" \
+    --seconds "${SMOKE_TRAIN_SECONDS:-60}" || fail "the training check failed"
+fi
+
 echo
 echo "gpu-smoke: OK"
