@@ -28,7 +28,6 @@ from mirrorwatch.exporter.nvml import (
     HEALTH_CHECK_INTERVAL_S,
     NvmlBackend,
     NvmlDevice,
-    normalize_pci_bus_id,
 )
 from tests.exporter.fake_pynvml import FakeGpu, FakeLink, FakeNvml
 
@@ -203,10 +202,15 @@ def test_identity_is_read_once_with_the_pci_bus_id_normalised(
         ("00000000:B3:00.0", "0000:b3:00.0"),
         ("0001:3B:00.1", "0001:3b:00.1"),
         ("17:00.0", "0000:17:00.0"),
+        # Not a bus id: kept as NVML wrote it, lower-cased, rather than failing the GPU.
+        (" Not-A-Bus-Id ", "not-a-bus-id"),
     ],
 )
-def test_pci_bus_id_is_normalised_to_the_sysfs_form(nvml_form: str, canonical: str) -> None:
-    assert normalize_pci_bus_id(nvml_form) == canonical
+def test_pci_bus_id_is_normalised_to_the_sysfs_form(
+    fake: FakeNvml, make_backend: Any, nvml_form: str, canonical: str
+) -> None:
+    fake.gpus[0].pci_bus_id = nvml_form
+    assert make_backend(fake).gpus()[0].pci_bus_id == canonical
 
 
 def test_every_reading_is_converted_to_base_units(fake: FakeNvml, make_backend: Any) -> None:
