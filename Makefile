@@ -46,15 +46,15 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 typecheck: install
-	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer
-	$(VENV)/bin/mypy tests bench alerts/build_rules.py dashboards demo
+	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer -p mirrorwatch.alerts
+	$(VENV)/bin/mypy tests bench dashboards demo
 
 pytest: install tools
 	$(VENV)/bin/pytest
 
-## alerts: regenerate alerts/mirrorwatch.rules.yml from alerts/thresholds.yml
+## alerts: regenerate alerts/mirrorwatch.rules.yml from alerts/thresholds.yml and alerts/rules/
 alerts: install
-	$(PY) alerts/build_rules.py
+	$(PY) -m mirrorwatch.alerts.build
 
 ## dashboards: regenerate dashboards/json/*.json from the Python sources in dashboards/
 dashboards: install

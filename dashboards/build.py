@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from dashboards import fleet, host, training
-from dashboards.common import Limits, load_limits, render
+from dashboards.layout import render
+from mirrorwatch.alerts.thresholds import Thresholds, load_thresholds
 
 JSON_DIR = Path(__file__).resolve().parent / "json"
 
 # File name -> builder. The file names are what Grafana's file provider loads and what
 # GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH points at, so they stay fixed.
-DASHBOARDS: dict[str, Callable[[Limits], dict[str, Any]]] = {
+DASHBOARDS: dict[str, Callable[[Thresholds], dict[str, Any]]] = {
     "training-balance.json": training.dashboard,
     "gpu-host.json": host.dashboard,
     "fleet.json": fleet.dashboard,
@@ -23,10 +24,11 @@ DASHBOARDS: dict[str, Callable[[Limits], dict[str, Any]]] = {
 HOME = "training-balance.json"
 
 
-def generate(limits: Limits | None = None) -> dict[str, str]:
-    """File name -> JSON text of every dashboard, built fresh from the sources."""
-    limits = limits or load_limits()
-    return {name: render(builder(limits)) for name, builder in DASHBOARDS.items()}
+def generate(thresholds: Thresholds | None = None) -> dict[str, str]:
+    """File name -> JSON text of every dashboard, built fresh from the sources and the alert
+    thresholds (the limits their panels draw and their descriptions name)."""
+    thresholds = thresholds or load_thresholds()
+    return {name: render(builder(thresholds)) for name, builder in DASHBOARDS.items()}
 
 
 def stale_files(out: Path = JSON_DIR) -> list[str]:

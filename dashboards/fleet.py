@@ -4,43 +4,42 @@ from __future__ import annotations
 
 from typing import Any
 
-from grafana_foundation_sdk.models.common import GraphThresholdsStyleMode
-
-from dashboards.common import (
+from dashboards.kinds import against_limit, alerts_table, ratio_series
+from dashboards.layout import (
     FLEET_UID,
     GPU_HOST_UID,
-    HOST_GPUS_QUERY,
-    MERGE,
-    RUNS_QUERY,
-    SLOWDOWN_REASONS,
     TRAINING_UID,
     DashboardSpec,
-    Limits,
-    PanelSpec,
-    Query,
     Row,
     build,
     dashboard_link,
-    firing_alerts,
-    limit_line_override,
+)
+from dashboards.panels import (
+    MERGE,
+    RED_FROM_ONE,
+    PanelSpec,
+    Query,
+    ThresholdStyle,
+    instant_table,
     organize,
     override,
-    sel,
-    standard_variables,
-    steps,
     table_panel,
     time_series,
     value_text,
 )
+from dashboards.selectors import GPU, HOST, RUN, firing_alerts
+from dashboards.variables import standard_variables
+from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts.thresholds import Thresholds
 
 TITLE = "Fleet"
 PER_HOST = "by (job, instance)"
-SLOWDOWN = f'reason=~"{"|".join(SLOWDOWN_REASONS)}"'
+SLOWDOWN = q.reasons(q.SLOWDOWN_REASONS)
 
 
 def or_zero(expr: str) -> str:
     """``expr`` per host, and 0 for hosts where it has no series (a count of nothing)."""
-    return f"{expr} or 0 * max {PER_HOST} ({sel('mirrorwatch_up')})"
+    return f"{expr} or 0 * max {PER_HOST} ({HOST('mirrorwatch_up')})"
 
 
 def host_link(title: str, uid: str) -> dict[str, object]:
@@ -53,8 +52,9 @@ def host_link(title: str, uid: str) -> dict[str, object]:
     }
 
 
-def hosts_table(limits: Limits) -> Any:
-    util = sel("mirrorwatch_gpu_utilization_ratio", gpu=True)
+def hosts_table(t: Thresholds) -> Any:
+    margin = t.GpuTemperatureNearSlowdown.margin_celsius
+    util = GPU("mirrorwatch_gpu_utilization_ratio")
     columns = {
         "Value #A": "GPUs",
         "Value #B": "GPUs up",
@@ -66,32 +66,28 @@ def hosts_table(limits: Limits) -> Any:
         "Value #H": "firing alerts",
         "Value #I": "active runs",
     }
-    slowdown = sel(
-        "mirrorwatch_gpu_temperature_threshold_celsius", 'threshold="slowdown"', gpu=True
-    )
-    temperature = sel("mirrorwatch_gpu_temperature_celsius", gpu=True)
     queries = [
-        f"max {PER_HOST} ({sel('mirrorwatch_exporter_gpus')})",
-        f"sum {PER_HOST} ({sel('mirrorwatch_gpu_up', gpu=True)})",
+        f"max {PER_HOST} ({HOST('mirrorwatch_exporter_gpus')})",
+        f"sum {PER_HOST} ({GPU('mirrorwatch_gpu_up')})",
         f"avg {PER_HOST} ({util})",
         f"max {PER_HOST} ({util})",
-        f"max {PER_HOST} ({temperature})",
-        f"min {PER_HOST} ({slowdown} - on (job, instance, gpu, uuid) {temperature})",
-        f"max {PER_HOST} ({sel('mirrorwatch_gpu_clocks_event_active', SLOWDOWN, gpu=True)})",
+        f"max {PER_HOST} ({GPU('mirrorwatch_gpu_temperature_celsius')})",
+        f"min {PER_HOST} ({q.slowdown_headroom(GPU)})",
+        f"max {PER_HOST} ({GPU('mirrorwatch_gpu_clocks_event_active', SLOWDOWN)})",
         or_zero(f"count {PER_HOST} ({firing_alerts()})"),
-        or_zero(f"count {PER_HOST} ({sel('mirrorwatch_training_active', run=True)} == 1)"),
+        or_zero(f"count {PER_HOST} ({RUN('mirrorwatch_training_active')} == 1)"),
     ]
     return table_panel(
         PanelSpec(
             "Hosts",
             "One row per GPU host: GPUs seen and up, mean and max utilisation, the hottest GPU "
             "and the least headroom any GPU has to its slowdown temperature (red within "
-            f"{limits.temperature_margin_celsius:g} °C), whether any GPU is slowed (thermal, "
+            f"{margin:g} °C), whether any GPU is slowed (thermal, "
             "power or hardware), firing alerts and active "
             "training runs. Red cells need a look; click the instance for its GPU host "
             "dashboard.",
             "none",
-            [Query(expr, "", instant=True, table=True) for expr in queries],
+            [instant_table(expr) for expr in queries],
             width=24,
             height=10,
             transformations=[
@@ -130,7 +126,7 @@ def hosts_table(limits: Limits) -> Any:
                             "mode": "absolute",
                             "steps": [
                                 {"value": None, "color": "red"},
-                                {"value": limits.temperature_margin_celsius, "color": "green"},
+                                {"value": margin, "color": "green"},
                             ],
                         },
                     },
@@ -160,63 +156,52 @@ def hosts_table(limits: Limits) -> Any:
     )
 
 
-def dashboard(limits: Limits) -> dict[str, Any]:
-    util = sel("mirrorwatch_gpu_utilization_ratio", gpu=True)
+def dashboard(t: Thresholds) -> dict[str, Any]:
     return build(
         DashboardSpec(
             uid=FLEET_UID,
             title=TITLE,
             description="Every GPU host at a glance, linking to each host's GPU host dashboard.",
-            variables=standard_variables(
-                run_query=RUNS_QUERY,
-                gpu_query=HOST_GPUS_QUERY,
-                one_run=False,
-            ),
+            variables=standard_variables(),
             rows=[
-                Row("At a glance", [hosts_table(limits)]),
+                Row("At a glance", [hosts_table(t)]),
                 Row(
                     "Over time",
                     [
-                        time_series(
-                            PanelSpec(
-                                "Mean utilisation by host",
-                                "Mean utilisation of each host's GPUs. A host that drops while "
-                                "its runs are active has a problem worth opening.",
-                                "percentunit",
-                                [Query(f"avg {PER_HOST} ({util})", "{{instance}}")],
-                                width=8,
-                                min_value=0,
-                                max_value=1,
-                            ),
-                            fill_opacity=0,
+                        ratio_series(
+                            "Mean utilisation by host",
+                            "Mean utilisation of each host's GPUs. A host that drops while "
+                            "its runs are active has a problem worth opening.",
+                            [
+                                Query(
+                                    f"avg {PER_HOST} ({GPU('mirrorwatch_gpu_utilization_ratio')})",
+                                    "{{instance}}",
+                                )
+                            ],
                         ),
-                        time_series(
-                            PanelSpec(
-                                "Hottest GPU by host",
-                                "Temperature of the hottest GPU of each host, against the "
-                                "slowdown threshold of the hottest GPU (dashed).",
-                                "celsius",
-                                [
-                                    Query(
-                                        f"max {PER_HOST} "
-                                        f"({sel('mirrorwatch_gpu_temperature_celsius', gpu=True)})",
-                                        "{{instance}}",
-                                    ),
-                                    Query(
-                                        f"min {PER_HOST} ("
-                                        + sel(
-                                            "mirrorwatch_gpu_temperature_threshold_celsius",
-                                            'threshold="slowdown"',
-                                            gpu=True,
-                                        )
-                                        + ")",
-                                        "{{instance}} slowdown",
-                                    ),
-                                ],
-                                width=8,
-                                overrides=[limit_line_override("slowdown$")],
-                            ),
-                            fill_opacity=0,
+                        against_limit(
+                            "Hottest GPU by host",
+                            "Temperature of the hottest GPU of each host, against the "
+                            "slowdown threshold of the hottest GPU (dashed).",
+                            "celsius",
+                            [
+                                Query(
+                                    f"max {PER_HOST} "
+                                    f"({GPU('mirrorwatch_gpu_temperature_celsius')})",
+                                    "{{instance}}",
+                                ),
+                                Query(
+                                    f"min {PER_HOST} ("
+                                    + GPU(
+                                        "mirrorwatch_gpu_temperature_threshold_celsius",
+                                        'threshold="slowdown"',
+                                    )
+                                    + ")",
+                                    "{{instance}} slowdown",
+                                ),
+                            ],
+                            "slowdown$",
+                            min_value=None,
                         ),
                         time_series(
                             PanelSpec(
@@ -228,11 +213,7 @@ def dashboard(limits: Limits) -> dict[str, Any]:
                                 [
                                     Query(
                                         f"sum {PER_HOST} (max by (job, instance, gpu) ("
-                                        + sel(
-                                            "mirrorwatch_gpu_clocks_event_active",
-                                            SLOWDOWN,
-                                            gpu=True,
-                                        )
+                                        + GPU("mirrorwatch_gpu_clocks_event_active", SLOWDOWN)
                                         + "))",
                                         "{{instance}}",
                                     )
@@ -240,26 +221,18 @@ def dashboard(limits: Limits) -> dict[str, Any]:
                                 width=8,
                                 min_value=0,
                                 decimals=0,
-                                thresholds=steps((None, "green"), (1, "red")),
+                                thresholds=RED_FROM_ONE,
                             ),
-                            threshold_style=GraphThresholdsStyleMode.DASHED,
+                            threshold_style=ThresholdStyle.DASHED,
                         ),
-                        table_panel(
-                            PanelSpec(
-                                "Firing alerts",
-                                "Every alert firing now across the selected hosts. Empty is "
-                                "good; each alert's runbook_url explains what to check.",
-                                "none",
-                                [Query(firing_alerts(), "", instant=True, table=True)],
-                                width=24,
-                                height=8,
-                                transformations=[
-                                    organize(
-                                        exclude=["Time", "Value", "__name__", "alertstate"],
-                                        order=["alertname", "severity", "job", "instance", "gpu"],
-                                    )
-                                ],
-                            )
+                        alerts_table(
+                            "Every alert firing now across the selected hosts. Empty is "
+                            "good; each alert's runbook_url explains what to check.",
+                            firing_alerts(),
+                            width=24,
+                            height=8,
+                            hide=["alertstate"],
+                            order=["alertname", "severity", "job", "instance", "gpu"],
                         ),
                     ],
                 ),

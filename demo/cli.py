@@ -21,20 +21,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from demo.receiver import Notification, Receiver, format_notification
+from demo.processes import Process, Processes, StackError
+from demo.receiver import Notification, Receiver, address_argument, format_notification
 from demo.stack import (
     ALERTMANAGER_CONFIG,
     REPO,
     RULES,
-    Address,
-    Process,
-    Processes,
-    StackError,
     alertmanager_config,
     alertmanager_process,
     exporter_process,
     find_binary,
-    parse_duration,
     port_is_free,
     prometheus_config,
     prometheus_process,
@@ -42,34 +38,30 @@ from demo.stack import (
     thresholds,
     trainer_process,
 )
+from mirrorwatch.exporter.simulate.scenario import (
+    ScenarioError,
+    builtin_expected_alerts,
+    load_scenario,
+)
+from mirrorwatch.exporter.vocabulary import Address, parse_prometheus_duration
 
 # Demo-only: scrape and evaluate every 5 s rather than the stack's 15 s, so the dashboards and
 # Prometheus's alert page move quickly, and alerts are re-sent to Alertmanager as often, so the
 # first Watchdog shows within seconds. The rules, and so every `for:`, are the production ones.
 DEMO_INTERVAL = "5s"
 
-# What each built-in scenario is meant to raise (docs/scenarios.md).
-EXPECTED_ALERTS: dict[str, tuple[str, ...]] = {
-    "healthy": (),
-    "imbalance": ("GpuUtilizationImbalance",),
-    "thermal-throttle": (
-        "GpuThermalThrottling",
-        "GpuTemperatureNearSlowdown",
-        "GpuTemperatureSpread",
-    ),
-    "pcie-degraded": ("GpuPcieLinkDegraded",),
-    "nvlink-errors": ("GpuNvlinkErrors", "GpuNvlinkDown"),
-    "xid": ("GpuXidError", "GpuEccUncorrectable"),
-    "gpu-lost": ("GpuLost",),
-}
-SEVERITY = {"GpuXidError": "critical", "GpuEccUncorrectable": "critical", "GpuLost": "critical"}
+
+def expected_alerts() -> dict[str, tuple[str, ...]]:
+    """The alerts each built-in scenario is meant to raise, by name, from its file's
+    ``expected_alerts`` (docs/scenarios.md); an alert expected with two severities once."""
+    return {
+        scenario: tuple(dict.fromkeys(expected.alert for expected in alerts))
+        for scenario, alerts in builtin_expected_alerts().items()
+    }
 
 
-def _address(text: str) -> Address:
-    try:
-        return Address.parse(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+# The table under its earlier name, for code that reads it (the files are its source now).
+EXPECTED_ALERTS: dict[str, tuple[str, ...]] = expected_alerts()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -78,31 +70,36 @@ def parser() -> argparse.ArgumentParser:
         description="The whole mirrorwatch pipeline on loopback, without Docker or a GPU.",
     )
     p.add_argument("--scenario", default="healthy", help="built-in scenario or scenario file")
-    p.add_argument("--exporter", type=_address, default=Address("127.0.0.1", 9848))
-    p.add_argument("--prometheus", type=_address, default=Address("127.0.0.1", 9090))
-    p.add_argument("--alertmanager", type=_address, default=Address("127.0.0.1", 9093))
-    p.add_argument("--receiver", type=_address, default=Address("127.0.0.1", 9095))
+    p.add_argument("--exporter", type=address_argument, default=Address("127.0.0.1", 9848))
+    p.add_argument("--prometheus", type=address_argument, default=Address("127.0.0.1", 9090))
+    p.add_argument("--alertmanager", type=address_argument, default=Address("127.0.0.1", 9093))
+    p.add_argument("--receiver", type=address_argument, default=Address("127.0.0.1", 9095))
     p.add_argument("--no-train", action="store_true", help="no training run, hardware only")
     p.add_argument("--workdir", type=Path, default=REPO / "build" / "demo")
     return p
 
 
 def expectation(scenario: str) -> str:
-    """When the scenario's alerts should arrive, from thresholds.yml and alertmanager.yml."""
-    names = EXPECTED_ALERTS.get(scenario)
-    if names is None:
+    """When the scenario's ``expected_alerts`` should arrive, from its file, thresholds.yml and
+    alertmanager.yml."""
+    try:
+        expected = load_scenario(scenario).expected_alerts
+    except ScenarioError:
+        expected = None  # the exporter says what is wrong with the file, and exits
+    if expected is None:
         return "a custom scenario: its alerts arrive after their `for:` and group_wait."
-    if not names:
+    if not expected:
         return "nothing but Watchdog (every minute, on /watchdog)."
     settings = thresholds()
     routes = alertmanager_config()
     parts = []
-    for name in names:
-        hold = parse_duration(str(settings[name]["for"]))
-        severity = SEVERITY.get(name, "warning")
-        wait = route_timers(routes, {"alertname": name, "severity": severity})["group_wait"]
+    for alert in expected:
+        hold = parse_prometheus_duration(str(settings[alert.alert]["for"]))
+        labels = {"alertname": alert.alert, "severity": alert.severity}
+        wait = route_timers(routes, labels)["group_wait"]
         parts.append(
-            f"{name} after ~{(hold + wait) / 60:.1f} min (for: {hold:.0f} s + {wait:.0f} s)"
+            f"{alert.alert} after ~{(hold + wait) / 60:.1f} min "
+            f"({alert.severity}; for: {hold:.0f} s + {wait:.0f} s)"
         )
     return "; ".join(parts) + " -- plus the scenario's own start (docs/scenarios.md)."
 

@@ -1,8 +1,9 @@
 """An Alertmanager webhook receiver that keeps, and optionally prints, every notification.
 
 It serves `make demo` and the end-to-end tests in-process, and the compose stack's `alert-log`
-service as ``python -m demo.receiver --listen 0.0.0.0:9095``. Standard library only: the
-compose service runs it with the exporter image's Python.
+service as ``python -m demo.receiver --listen 0.0.0.0:9095``. It imports the standard library
+and mirrorwatch's base install only (``mirrorwatch.exporter.vocabulary``): the compose service
+runs it with the exporter image's Python, which has that install.
 
 Alertmanager POSTs one JSON document per notification (webhook payload version 4) to the
 receiver's URL: ``/`` for the ordinary receivers and ``/watchdog`` for the dead-man's switch in
@@ -23,6 +24,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
 from typing import Any
+
+from mirrorwatch.exporter.vocabulary import Address
 
 PATHS = ("/", "/watchdog")
 MAX_BODY_BYTES = 1 << 20  # Alertmanager sends a few KiB per group; this bounds a bad client.
@@ -239,11 +242,12 @@ class Receiver:
                 self._changed.wait(left)
 
 
-def _address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+def address_argument(text: str) -> Address:
+    """An argparse ``type`` for HOST:PORT (also demo/cli.py's)."""
+    try:
+        return Address.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -251,9 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m demo.receiver", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--listen", type=_address, default=("127.0.0.1", 9095), metavar="HOST:PORT")
+    parser.add_argument(
+        "--listen", type=address_argument, default=Address("127.0.0.1", 9095), metavar="HOST:PORT"
+    )
     args = parser.parse_args(argv)
-    host, port = args.listen
+    host, port = args.listen.host, args.listen.port
 
     def show(notification: Notification) -> None:
         print(format_notification(notification), flush=True)

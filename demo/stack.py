@@ -1,4 +1,4 @@
-"""The mirrorwatch pipeline as local processes: configuration files and process lifetimes.
+"""The mirrorwatch pipeline as local processes: their configuration files and command lines.
 
 Shared by `make demo` (demo/cli.py) and the end-to-end tests (tests/e2e/): the exporter on a
 simulated host, `mirrorwatch-train` on CPU replicas, and Debian's Prometheus and Alertmanager
@@ -8,27 +8,28 @@ the addresses, and where asked the intervals, replaced.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import json
 import os
 import re
 import shutil
-import signal
 import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
+
+# The processes (demo/processes.py) and the vocabulary's addresses and durations are this
+# module's words too: tests/e2e takes them from here.
+from demo.processes import Process as Process
+from demo.processes import Processes as Processes
+from demo.processes import StackError as StackError
+from demo.processes import get_json
+from mirrorwatch.alerts.thresholds import load_thresholds
+from mirrorwatch.exporter.vocabulary import Address as Address
+from mirrorwatch.exporter.vocabulary import format_duration as format_duration
+from mirrorwatch.exporter.vocabulary import parse_prometheus_duration
 
 REPO = Path(__file__).resolve().parent.parent
 PROMETHEUS_CONFIG = REPO / "prometheus" / "prometheus.yml"
@@ -41,43 +42,8 @@ DEMO_RECEIVER_URL = "http://127.0.0.1:9095"
 # The scrape job that prometheus/prometheus.yml points at the exporter (the rules want it).
 EXPORTER_JOB = "mirrorwatch"
 
-_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
-_UNIT_SECONDS = {
-    "ms": 0.001,
-    "s": 1,
-    "m": 60,
-    "h": 3600,
-    "d": 86400,
-    "w": 7 * 86400,
-    "y": 365 * 86400,
-}
-
-
-class StackError(RuntimeError):
-    """A part of the stack could not start; the message names it and why."""
-
-
-@dataclass(frozen=True)
-class Address:
-    """A TCP listen address, HOST:PORT."""
-
-    host: str
-    port: int
-
-    @classmethod
-    def parse(cls, text: str) -> Address:
-        host, sep, port = text.rpartition(":")
-        host = host.strip("[]")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"expected HOST:PORT such as 127.0.0.1:9090, got {text!r}")
-        return cls(host, int(port))
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self}"
+# Prometheus's and Alertmanager's duration syntax, under the name tests/e2e knows it by.
+parse_duration = parse_prometheus_duration
 
 
 def port_is_free(address: Address) -> bool:
@@ -116,26 +82,6 @@ def project_script(name: str) -> str | None:
     return str(beside) if beside.exists() else shutil.which(name)
 
 
-# --- durations ----------------------------------------------------------------------------------
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Prometheus duration: 90s, 5m, 1h30m, 250ms, 0s."""
-    parts = _DURATION_PART.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"not a Prometheus duration: {text!r}")
-    return sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
-
-
-def format_duration(seconds: float) -> str:
-    """A Prometheus duration for ``seconds``, in whole milliseconds below a second."""
-    if seconds <= 0:
-        return "0s"
-    if seconds == int(seconds):
-        return f"{int(seconds)}s"
-    return f"{round(seconds * 1000)}ms"
-
-
 # --- configuration ------------------------------------------------------------------------------
 
 
@@ -170,8 +116,10 @@ def prometheus_config(
     if scrape_interval is not None:
         glob["scrape_interval"] = scrape_interval
         # A scrape must end before the next one starts: Prometheus refuses the config otherwise.
-        timeout = parse_duration(str(glob.get("scrape_timeout", "10s")))
-        glob["scrape_timeout"] = format_duration(min(timeout, parse_duration(scrape_interval)))
+        timeout = parse_prometheus_duration(str(glob.get("scrape_timeout", "10s")))
+        glob["scrape_timeout"] = format_duration(
+            min(timeout, parse_prometheus_duration(scrape_interval))
+        )
     if evaluation_interval is not None:
         glob["evaluation_interval"] = evaluation_interval
     config["rule_files"] = [str(path) for path in rule_files]
@@ -212,7 +160,10 @@ def alertmanager_config(
             if url.startswith(DEMO_RECEIVER_URL):
                 webhook["url"] = receiver_url.rstrip("/") + url.removeprefix(DEMO_RECEIVER_URL)
     for route in _routes(config["route"]):
-        if group_wait is not None and parse_duration(str(route.get("group_wait", "0s"))) > 0:
+        if (
+            group_wait is not None
+            and parse_prometheus_duration(str(route.get("group_wait", "0s"))) > 0
+        ):
             route["group_wait"] = group_wait
         if group_interval is not None and "group_interval" in route:
             route["group_interval"] = group_interval
@@ -220,9 +171,8 @@ def alertmanager_config(
 
 
 def thresholds() -> dict[str, Any]:
-    """alerts/thresholds.yml as parsed YAML."""
-    data: dict[str, Any] = load_yaml(THRESHOLDS)
-    return data
+    """alerts/thresholds.yml as plain data, validated by the alerts' own model."""
+    return load_thresholds().model_dump(by_alias=True)
 
 
 def route_timers(config: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, float]:
@@ -230,7 +180,7 @@ def route_timers(config: Mapping[str, Any], labels: Mapping[str, str]) -> dict[s
     ``labels`` takes: the first matching child route, its unset timers inherited."""
     route = config["route"]
     timers = {
-        key: parse_duration(str(route.get(key, default)))
+        key: parse_prometheus_duration(str(route.get(key, default)))
         for key, default in (
             ("group_wait", "30s"),
             ("group_interval", "5m"),
@@ -241,7 +191,7 @@ def route_timers(config: Mapping[str, Any], labels: Mapping[str, str]) -> dict[s
         if all(_matches(matcher, labels) for matcher in child.get("matchers", [])):
             for key in timers:
                 if key in child:
-                    timers[key] = parse_duration(str(child[key]))
+                    timers[key] = parse_prometheus_duration(str(child[key]))
             break
     return timers
 
@@ -261,128 +211,6 @@ def _matches(matcher: str, labels: Mapping[str, str]) -> bool:
 
 
 # --- processes ----------------------------------------------------------------------------------
-
-
-def http_get(url: str, timeout: float = 5) -> tuple[int, bytes]:
-    """Status and body of a GET; an HTTP error status is an answer, not an exception."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return int(response.status), bytes(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
-def get_json(url: str, timeout: float = 5) -> Any:
-    status, body = http_get(url, timeout)
-    if status != 200:
-        raise StackError(f"GET {url}: HTTP {status}: {body[:200]!r}")
-    return json.loads(body)
-
-
-class Process:
-    """A child process in its own session, logging to a file; stop() ends it and its children.
-
-    Its own session keeps a terminal's Ctrl-C away from it: the demo stops its children itself,
-    in order, and waits for each.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        args: Sequence[str],
-        log_path: Path,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        self.name = name
-        self.args = list(args)
-        self.log_path = log_path
-        self.env = dict(env) if env is not None else None
-        self._popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Process:
-        if self.alive():
-            raise StackError(f"{self.name} is already running")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self._popen = subprocess.Popen(
-                self.args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                start_new_session=True,
-            )
-        return self
-
-    @property
-    def pid(self) -> int | None:
-        return self._popen.pid if self._popen is not None else None
-
-    def alive(self) -> bool:
-        return self._popen is not None and self._popen.poll() is None
-
-    @property
-    def returncode(self) -> int | None:
-        return self._popen.poll() if self._popen is not None else None
-
-    def _signal_group(self, signum: int) -> None:
-        if self._popen is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._popen.pid, signum)
-
-    def kill(self) -> None:
-        """SIGKILL at once, as a crash would end it."""
-        if self._popen is None:
-            return
-        self._signal_group(signal.SIGKILL)
-        self._popen.wait()
-
-    def stop(self, timeout: float = 10) -> None:
-        """SIGTERM, then SIGKILL after ``timeout`` seconds; reaps it either way."""
-        if self._popen is None:
-            return
-        if self._popen.poll() is None:
-            self._signal_group(signal.SIGTERM)
-            try:
-                self._popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self._signal_group(signal.SIGKILL)
-                self._popen.wait()
-        # Anything it left in its session (there should be nothing) goes too.
-        self._signal_group(signal.SIGKILL)
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def wait_ready(self, url: str, timeout: float = 60) -> None:
-        """Wait until ``url`` answers 200; StackError (with the log's end) if the process
-        exits first or ``timeout`` passes."""
-        deadline = time.monotonic() + timeout
-        last = "no answer"
-        while True:
-            if not self.alive():
-                raise StackError(
-                    f"{self.name} exited with code {self.returncode} before it was ready:\n"
-                    + self.log_tail()
-                )
-            try:
-                status, body = http_get(url, timeout=2)
-                if status == 200:
-                    return
-                last = f"HTTP {status}: {body[:200]!r}"
-            except (OSError, urllib.error.URLError) as error:
-                last = str(error)
-            if time.monotonic() > deadline:
-                raise StackError(
-                    f"{self.name} not ready at {url} after {timeout:.0f} s ({last}):\n"
-                    + self.log_tail()
-                )
-            time.sleep(0.1)
 
 
 def exporter_process(
@@ -469,34 +297,3 @@ def alertmanager_process(binary: str, workdir: Path, listen: Address, config: ob
         "--log.level=warn",
     ]
     return Process("alertmanager", args, workdir / "alertmanager.log")
-
-
-class Processes:
-    """Started processes, stopped in reverse order on close (also on an exception)."""
-
-    def __init__(self) -> None:
-        self._stack = ExitStack()
-        self.started: list[Process] = []
-
-    def start(self, process: Process, ready_url: str | None = None, timeout: float = 60) -> Process:
-        # Registered first: an interrupt between the two must still stop the process.
-        self._stack.callback(process.stop)
-        self.started.append(process)
-        process.start()
-        if ready_url is not None:
-            process.wait_ready(ready_url, timeout)
-        return process
-
-    def close(self) -> None:
-        self._stack.close()
-
-    def __enter__(self) -> Processes:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from mirrorwatch.exporter import __version__
 from mirrorwatch.exporter.backend import GpuBackend
-from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics
+from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics, select_collectors
 from mirrorwatch.exporter.ingest.auth import IngestAuth
 from mirrorwatch.exporter.ingest.errors import RejectionCounter
 from mirrorwatch.exporter.ingest.guard import IngestGuard
@@ -32,8 +32,12 @@ def create_app(settings: Settings, backend: GpuBackend, clock: Clock | None = No
     """
     gpu_metrics = GpuMetrics(
         backend,
-        ExporterInfo(version=__version__, expected_gpus=settings.expected_gpus),
-        settings.enabled_collectors,
+        ExporterInfo(
+            version=__version__,
+            run_ttl_seconds=settings.run_ttl,
+            expected_gpus=settings.expected_gpus,
+        ),
+        select_collectors(settings.collectors),
     )
     store = RunStore(
         Limits(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 TemperatureThreshold = Literal["slowdown", "shutdown", "gpu_max", "memory_max"]
 Clock = Literal["graphics", "sm", "memory"]
@@ -27,17 +27,22 @@ CLOCKS: tuple[Clock, ...] = ("graphics", "sm", "memory")
 NVLINK_ERROR_TYPES: tuple[NvlinkErrorType, ...] = ("replay", "recovery", "crc_flit", "crc_data")
 ECC_ERROR_TYPES: tuple[EccErrorType, ...] = ("corrected", "uncorrected")
 
-# NVML's clocks-event-reason bits, in the contract's label spelling.
-CLOCKS_EVENT_REASONS: tuple[tuple[str, int], ...] = (
-    ("gpu_idle", 0x1),
-    ("applications_clocks_setting", 0x2),
-    ("sw_power_cap", 0x4),
-    ("hw_slowdown", 0x8),
-    ("sync_boost", 0x10),
-    ("sw_thermal_slowdown", 0x20),
-    ("hw_thermal_slowdown", 0x40),
-    ("hw_power_brake_slowdown", 0x80),
-    ("display_clock_setting", 0x100),
+# NVML's clocks-event reasons (nvmlClocksEventReason*), in the contract's label spelling and in
+# the order of their bits: gpu_idle is 0x1, applications_clocks_setting 0x2, ... and
+# display_clock_setting 0x100.
+ClocksEventReason = Literal[
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+]
+CLOCKS_EVENT_REASONS: tuple[tuple[str, int], ...] = tuple(
+    (reason, 1 << bit) for bit, reason in enumerate(get_args(ClocksEventReason))
 )
 # Violation-time policies (nvmlPerfPolicyType_t order), in the contract's label spelling.
 THROTTLE_REASONS: tuple[str, ...] = (

@@ -1,5 +1,7 @@
 """mirrorwatch-exporter: parse flags over MIRRORWATCH_* settings, then serve until told to stop.
 
+The flags are generated from the Settings fields (settings.py), so a new setting is a new flag.
+
 A bad flag, variable, scenario or listen address ends the process with exit code 2 and one
 line that names it; nothing else is started by then.
 """
@@ -9,19 +11,24 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
-from typing import NoReturn
+import types
+from typing import Any, Literal, NoReturn, Union, get_args, get_origin
 
 import uvicorn
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
+from pydantic.fields import FieldInfo
 
 from mirrorwatch.exporter import __version__
 from mirrorwatch.exporter.app import create_app
+from mirrorwatch.exporter.collectors.registry import select_collectors
 from mirrorwatch.exporter.factory import build_backend
 from mirrorwatch.exporter.logs import configure_logging, logging_config
-from mirrorwatch.exporter.settings import Settings, parse_listen
+from mirrorwatch.exporter.settings import ENV_PREFIX, Settings
 from mirrorwatch.exporter.simulate.scenario import ScenarioError, builtin_scenarios
+from mirrorwatch.exporter.vocabulary import Address
 
 PROG = "mirrorwatch-exporter"
+_REFUSED = "refused_"  # where a secret given as a flag lands, to be refused
 
 
 class UsageError(Exception):
@@ -33,45 +40,63 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _variable(name: str) -> str:
+    return f"{ENV_PREFIX}{name.upper()}"
+
+
+def _kinds(annotation: object) -> tuple[object, ...]:
+    """The types a field takes, ``None`` left out: ``int | None`` -> ``(int,)``."""
+    if isinstance(annotation, types.UnionType) or get_origin(annotation) is Union:
+        return tuple(kind for kind in get_args(annotation) if kind is not type(None))
+    return (annotation,)
+
+
+def _is_secret(field: FieldInfo) -> bool:
+    return SecretStr in _kinds(field.annotation)
+
+
+def _argument(name: str, field: FieldInfo) -> dict[str, Any]:
+    """add_argument's options for a settings field: type or choices, placeholder and help."""
+    options: dict[str, Any] = {"dest": name}
+    kind = _kinds(field.annotation)[0]
+    if get_origin(kind) is Literal:
+        options["choices"] = list(get_args(kind))
+    elif kind in (int, float):
+        options["type"] = kind  # "invalid int value: 'two'" before pydantic sees it
+    extra = field.json_schema_extra
+    if isinstance(extra, dict) and "metavar" in extra:
+        options["metavar"] = extra["metavar"]
+    default = field.default
+    shown = f"{default:g}" if isinstance(default, float) else default
+    default_text = "" if default is None else f"default {shown}, "
+    help_text = f"{field.description or name} ({default_text}${_variable(name)})"
+    options["help"] = help_text.replace("%", "%%")  # argparse formats help with %
+    return options
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """A flag for each Settings field, its help from the field's description.
+
+    A secret field's flag exists only to be refused (load_settings says why).
+    """
     parser = _Parser(
         prog=PROG,
         # No prefixes: `--ingest-token SECRET` must not pass as `--ingest-token-file`.
         allow_abbrev=False,
         description="Serve NVML GPU metrics (or a simulated host) for Prometheus. "
-        "Every flag can also be set as MIRRORWATCH_<FLAG>, e.g. MIRRORWATCH_LISTEN.",
+        f"Every flag can also be set as {ENV_PREFIX}<FLAG>, e.g. {_variable('listen')}.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--listen", metavar="HOST:PORT", help="default 0.0.0.0:9848")
-    parser.add_argument(
-        "--simulate", metavar="SCENARIO", help="built-in scenario name or a scenario YAML file"
-    )
-    parser.add_argument("--gpus", type=int, metavar="N", help="simulated GPU count, 1..64")
-    parser.add_argument(
-        "--expected-gpus", type=int, metavar="N", help="GPUs this host should have (GpuMissing)"
-    )
-    parser.add_argument(
-        "--collectors", metavar="LIST", help="comma-separated collectors to run (default all)"
-    )
-    parser.add_argument(
-        "--nvml-retry-max-seconds", type=float, metavar="S", help="longest NVML retry wait"
-    )
-    parser.add_argument(
-        "--ingest-token-file",
-        metavar="PATH",
-        help="file holding the ingest bearer token (or MIRRORWATCH_INGEST_TOKEN; "
-        "without either, only loopback clients may push)",
-    )
-    # Refused with a hint, never echoed: a token on the command line shows in `ps`.
-    parser.add_argument("--ingest-token", dest="ingest_token_flag", help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--run-ttl", type=float, metavar="S", help="seconds until a silent worker is inactive"
-    )
-    parser.add_argument("--max-runs", type=int, metavar="N", help="training runs tracked at most")
-    parser.add_argument("--max-workers", type=int, metavar="N", help="workers tracked at most")
-    parser.add_argument("--max-replicas", type=int, metavar="N", help="replicas per worker at most")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    parser.add_argument("--log-format", choices=["json", "text"])
+    for name, field in Settings.model_fields.items():
+        if _is_secret(field):
+            # Refused with a hint, never echoed: a secret on the command line shows in `ps`.
+            parser.add_argument(_flag(name), dest=_REFUSED + name, help=argparse.SUPPRESS)
+        else:
+            parser.add_argument(_flag(name), **_argument(name, field))
     parser.add_argument(
         "--list-scenarios", action="store_true", help="print the built-in scenarios and exit"
     )
@@ -80,41 +105,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_settings(args: argparse.Namespace) -> Settings:
     """Flags win over MIRRORWATCH_* variables, which win over defaults."""
-    if getattr(args, "ingest_token_flag", None) is not None:
-        raise UsageError(
-            "--ingest-token: a token on the command line shows in `ps`; "
-            "set MIRRORWATCH_INGEST_TOKEN or --ingest-token-file instead"
-        )
+    for name in Settings.model_fields:
+        if getattr(args, _REFUSED + name, None) is not None:
+            file_flag = f" or {_flag(name)}-file" if f"{name}_file" in Settings.model_fields else ""
+            raise UsageError(
+                f"{_flag(name)}: a token on the command line shows in `ps`; "
+                f"set {_variable(name)}{file_flag} instead"
+            )
     given = {
         name: value
         for name, value in vars(args).items()
         if value is not None and name in Settings.model_fields
     }
+
+    def source(name: str) -> str:
+        return _flag(name) if name in given else _variable(name)
+
     try:
         settings = Settings(**given)
     except ValidationError as error:
         first = error.errors()[0]
-        field = str(first["loc"][0]) if first["loc"] else "settings"
-        where = "--" + field.replace("_", "-") if field in given else f"MIRRORWATCH_{field.upper()}"
+        where = source(str(first["loc"][0])) if first["loc"] else "settings"
         raise UsageError(f"{where}: {first['msg']}") from None
+    try:
+        select_collectors(settings.collectors)
+    except ValueError as error:
+        raise UsageError(f"{source('collectors')}: {error}") from None
     if settings.gpus is not None and settings.simulate is None:
         raise UsageError("--gpus: only applies with --simulate (real hosts report their own GPUs)")
     return settings
 
 
-def bind(listen: str) -> socket.socket:
+def bind(address: Address) -> socket.socket:
     """Bind the listening socket first, so a busy port is a clear exit 2, not a traceback."""
-    host, port = parse_listen(listen)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it every keep-alive response waits ~40 ms on Nagle and delayed ACKs.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        sock.bind((address.host, address.port))
     except OSError as error:
         sock.close()
-        raise UsageError(f"--listen {listen}: {error.strerror or error}") from None
+        raise UsageError(f"--listen {address}: {error.strerror or error}") from None
     return sock
 
 
@@ -128,7 +161,7 @@ def run(argv: list[str] | None = None) -> int:
         backend = build_backend(settings)
     except ScenarioError as error:
         raise UsageError(str(error)) from None
-    sock = bind(settings.listen)
+    sock = bind(settings.listen_address)
     configure_logging(settings.log_level, settings.log_format)
     config = uvicorn.Config(
         create_app(settings, backend),

@@ -1,82 +1,127 @@
-"""Exporter settings: one pydantic-settings class; each field is also a MIRRORWATCH_* variable."""
+"""Exporter settings: one pydantic-settings class; each field is also a MIRRORWATCH_* variable.
+
+The command line is generated from these fields (cli.py): a field's name is its flag, its
+description the flag's help, and ``json_schema_extra={"metavar": ...}`` the placeholder the
+help shows. A secret field is a variable only. Collector names are checked where the collectors
+are (collectors/registry.py), so this module needs neither the collectors nor the ingest API.
+"""
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from mirrorwatch.exporter.collectors.registry import COLLECTOR_NAMES
-from mirrorwatch.exporter.ingest.auth import read_token_file
+from mirrorwatch.exporter.vocabulary import Address
 
+ENV_PREFIX = "MIRRORWATCH_"
 DEFAULT_PORT = 9848
 
 
-def parse_listen(value: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6) and check the port; raises ValueError."""
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"port must be a number from 1 to 65535, got {port_text!r}")
-    return host, int(port_text)
+def read_token_file(path: Path) -> str:
+    """The token in ``path``, surrounding whitespace removed; ValueError saying why not."""
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise ValueError(f"cannot read token file {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"token file {path} is not UTF-8 text") from None
+    if not token:
+        raise ValueError(f"token file {path} is empty")
+    return token
 
 
 class Settings(BaseSettings):
     """Everything the exporter can be told, by flag or by ``MIRRORWATCH_*`` variable."""
 
-    model_config = SettingsConfigDict(env_prefix="MIRRORWATCH_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     listen: str = Field(
-        default=f"0.0.0.0:{DEFAULT_PORT}", description="address to serve HTTP on, HOST:PORT"
+        default=f"0.0.0.0:{DEFAULT_PORT}",
+        description="address to serve HTTP on",
+        json_schema_extra={"metavar": "HOST:PORT"},
     )
     simulate: str | None = Field(
-        default=None, description="built-in scenario name or scenario file; unset = real NVML"
+        default=None,
+        description="built-in scenario name or a scenario YAML file; unset: real NVML",
+        json_schema_extra={"metavar": "SCENARIO"},
     )
     gpus: int | None = Field(
-        default=None, ge=1, le=64, description="simulated GPU count (default: the scenario's)"
+        default=None,
+        ge=1,
+        le=64,
+        description="simulated GPU count, 1..64; unset: the scenario's",
+        json_schema_extra={"metavar": "N"},
     )
     expected_gpus: int = Field(
-        default=0, ge=0, le=64, description="GPUs this host should have; 0 = not configured"
+        default=0,
+        ge=0,
+        le=64,
+        description="GPUs this host should have (GpuMissing); 0: not configured",
+        json_schema_extra={"metavar": "N"},
     )
     collectors: str = Field(
-        default="all", description="comma-separated collectors to run, or 'all'"
+        default="all",
+        description="comma-separated collectors to run, or all",
+        json_schema_extra={"metavar": "LIST"},
     )
     nvml_retry_max_seconds: float = Field(
-        default=60.0, gt=0, description="longest wait between NVML start attempts"
+        default=60.0,
+        gt=0,
+        description="longest wait between NVML start attempts, seconds",
+        json_schema_extra={"metavar": "S"},
     )
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["json", "text"] = "json"
-    # Only a variable, never a flag: a token on the command line shows in `ps`.
+    # A secret: only a variable, never a flag (a token on the command line shows in `ps`).
     ingest_token: SecretStr | None = Field(
-        default=None, description="bearer token the ingest API requires; unset = loopback only"
+        default=None, description="bearer token the ingest API requires; unset: loopback only"
     )
     ingest_token_file: Path | None = Field(
-        default=None, description="file holding the ingest bearer token"
+        default=None,
+        description="file holding the ingest bearer token (or MIRRORWATCH_INGEST_TOKEN; "
+        "without either, only loopback clients may push)",
+        json_schema_extra={"metavar": "PATH"},
     )
     run_ttl: float = Field(
         default=300.0,
         gt=0,
         le=7 * 24 * 3600,
         description="seconds without a push until a worker reads inactive; gone after twice that",
+        json_schema_extra={"metavar": "S"},
     )
-    max_runs: int = Field(default=64, ge=1, le=100_000, description="training runs tracked at most")
+    max_runs: int = Field(
+        default=64,
+        ge=1,
+        le=100_000,
+        description="training runs tracked at most",
+        json_schema_extra={"metavar": "N"},
+    )
     max_workers: int = Field(
-        default=1024, ge=1, le=100_000, description="workers tracked at most, over all runs"
+        default=1024,
+        ge=1,
+        le=100_000,
+        description="workers tracked at most, over all runs",
+        json_schema_extra={"metavar": "N"},
     )
     max_replicas: int = Field(
-        default=64, ge=1, le=4096, description="replicas one worker may report at most"
+        default=64,
+        ge=1,
+        le=4096,
+        description="replicas one worker may report at most",
+        json_schema_extra={"metavar": "N"},
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="least severe log records written"
+    )
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="json (one object a line) or text"
     )
 
     @field_validator("listen")
     @classmethod
     def _check_listen(cls, value: str) -> str:
-        parse_listen(value)
+        Address.parse(value)
         return value
 
     @field_validator("ingest_token_file", mode="before")
@@ -96,18 +141,9 @@ class Settings(BaseSettings):
         read_token_file(value)  # unreadable or empty: a startup error, not a surprise later
         return value
 
-    @field_validator("collectors")
-    @classmethod
-    def _check_collectors(cls, value: str) -> str:
-        unknown = [name for name in collector_list(value) if name not in COLLECTOR_NAMES]
-        if unknown:
-            known = ", ".join(COLLECTOR_NAMES)
-            raise ValueError(f"unknown collector {unknown[0]!r}; known: all, {known}")
-        return value
-
     @property
-    def enabled_collectors(self) -> list[str]:
-        return collector_list(self.collectors)
+    def listen_address(self) -> Address:
+        return Address.parse(self.listen)
 
     def ingest_token_value(self) -> str | None:
         """The configured ingest token, from the variable or the file; None when neither."""
@@ -116,14 +152,3 @@ class Settings(BaseSettings):
         if self.ingest_token_file is not None:
             return read_token_file(self.ingest_token_file)
         return None
-
-
-def collector_list(value: str) -> list[str]:
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    return list(COLLECTOR_NAMES) if names in ([], ["all"]) else names
-
-
-@lru_cache
-def get_settings() -> Settings:
-    """The process's settings, read once; tests override it as a FastAPI dependency."""
-    return Settings()

@@ -1,36 +1,31 @@
-"""The Keras callback that reports a training run's own view to the mirrorwatch exporter."""
+"""The Keras callback that reports a training run's own view to the mirrorwatch exporter.
+
+Only the hooks live here: they count (meter.py) and say what the job is. The snapshot each push
+carries is built off the training thread (snapshot.py) and sent by the pusher (pusher.py).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-import re
 import threading
 import time
 import uuid
-from collections import deque
 from typing import Any
 
 import keras
 
-from mirrorwatch.exporter.ingest.schema import (
-    Replica,
-    Scaling,
-    StepDurations,
-    TrainingSnapshot,
-)
-from mirrorwatch.trainer import devices, tf_devices
+from mirrorwatch.exporter.vocabulary import MAX_WORKER, RUN_RULE, is_run_id
+from mirrorwatch.trainer import tf_devices
 from mirrorwatch.trainer.meter import StepMeter, finite_loss
-from mirrorwatch.trainer.pusher import RUN_PATTERN, Endpoint, Pusher
+from mirrorwatch.trainer.pusher import Endpoint, Pusher
+from mirrorwatch.trainer.snapshot import SnapshotBuilder
 
 log = logging.getLogger("mirrorwatch.trainer")
 
 DEFAULT_URL = "http://127.0.0.1:9848"
 FINAL_PUSH_DEADLINE_SECONDS = 2.0
-MEMORY_SAMPLE_SECONDS = 5.0
-THROUGHPUT_WINDOW_SECONDS = 30.0
-_PRINTABLE = re.compile(r"[^\x20-\x7e]")
 
 
 def _worker_from_tf_config() -> int:
@@ -39,11 +34,6 @@ def _worker_from_tf_config() -> int:
         return int(index)
     except (ValueError, TypeError, AttributeError):
         return 0
-
-
-def _short_text(value: object) -> str | None:
-    text = _PRINTABLE.sub("", str(value))[:128].strip()
-    return text or None
 
 
 class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped
@@ -114,10 +104,10 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         self.url = url or os.environ.get("MIRRORWATCH_URL") or DEFAULT_URL
         self.run = run or os.environ.get("MIRRORWATCH_RUN") or f"run-{uuid.uuid4().hex[:12]}"
         self.worker = _worker_from_tf_config() if worker is None else int(worker)
-        if not RUN_PATTERN.match(self.run):
-            raise ValueError(f"run must be 1 to 64 characters of [A-Za-z0-9_.-], got {self.run!r}")
-        if not 0 <= self.worker <= 1023:
-            raise ValueError(f"worker must be 0..1023, got {self.worker}")
+        if not is_run_id(self.run):
+            raise ValueError(f"run must be {RUN_RULE}, got {self.run!r}")
+        if not 0 <= self.worker <= MAX_WORKER:
+            raise ValueError(f"worker must be 0..{MAX_WORKER}, got {self.worker}")
         if global_batch_size is not None and global_batch_size < 1:
             raise ValueError(f"global_batch_size must be positive, got {global_batch_size}")
         if not interval > 0:
@@ -128,20 +118,12 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         token = token or os.environ.get("MIRRORWATCH_INGEST_TOKEN") or None
         self._endpoint = Endpoint.parse(self.url, self.run, self.worker, token)
         self._meter = StepMeter()
-        self._pusher = Pusher(self._endpoint, self._build_body, self.interval, self._find_gpus)
+        self._snapshots = SnapshotBuilder(self._meter, self.session, global_batch_size)
+        self._pusher = Pusher(
+            self._endpoint, self._snapshots.body, self.interval, self._snapshots.find_gpus
+        )
         self._warned: set[str] = set()
         self._warned_lock = threading.Lock()  # batch-end hooks may run on Keras's workers
-        # What the job is; set on the training thread at train begin, read by the pusher.
-        self._model_name: str | None = None
-        self._strategy_name: str | None = None
-        self._devices: list[str] = []
-        self._batch_size: int | None = global_batch_size
-        self._replicas: list[devices.ReplicaDevice] = []
-        self._memory: dict[int, tuple[float, float]] = {}
-        self._memory_sampled = float("-inf")
-        self._throughput_samples: deque[tuple[float, int, float]] = deque()
-        self._examples_per_second: float | None = None
-        self._scaling_baseline: float | None = None
         self._pusher_lock = threading.Lock()
 
     # -- what users read ------------------------------------------------------------------
@@ -158,14 +140,11 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
 
     def steady_examples_per_second(self) -> float | None:
         """Examples/s over all measured steps (first step, evaluation excluded), if known."""
-        reading = self._meter.read()
-        if self._batch_size is None or reading.measured_seconds <= 0:
-            return None
-        return reading.measured_steps * self._batch_size / reading.measured_seconds
+        return self._snapshots.steady_examples_per_second()
 
     def set_scaling_baseline(self, examples_per_second: float) -> None:
         """Throughput of the same job on one replica: the snapshots then carry the speedup."""
-        self._scaling_baseline = float(examples_per_second)
+        self._snapshots.set_scaling_baseline(examples_per_second)
 
     # -- Keras hooks: the training thread, but for batch ends under async dispatch --------
 
@@ -173,13 +152,12 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         try:
             self._meter.begin_training()
             strategy = self.model.distribute_strategy
-            self._strategy_name = _short_text(type(strategy).__name__.lstrip("_"))
-            self._model_name = _short_text(self.model.name)
-            self._devices = tf_devices.replica_devices(strategy)
-            if self._batch_size is None:
-                inferred = (self.params or {}).get("batch_size")
-                if isinstance(inferred, int) and inferred > 0:
-                    self._batch_size = inferred
+            self._snapshots.describe_job(
+                model=self.model.name,
+                strategy=type(strategy).__name__.lstrip("_"),
+                replica_devices=tf_devices.replica_devices(strategy),
+                batch_size=(self.params or {}).get("batch_size"),
+            )
             with self._pusher_lock:
                 self._pusher.start()
         except Exception as error:
@@ -231,102 +209,3 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
                 return
             self._warned.add(hook)
         log.warning("mirrorwatch: telemetry error in %s, training goes on: %r", hook, error)
-
-    # -- the pusher thread ----------------------------------------------------------------
-
-    def _find_gpus(self) -> None:
-        """Map replicas to GPUs: once per training, off the training thread."""
-        overrides = devices.bus_ids_from_env(os.environ.get(devices.REPLICA_PCI_BUS_IDS_ENV))
-        self._replicas = devices.match_replicas(self._devices, {}, None, overrides)
-        descriptions, per_physical = tf_devices.gpu_descriptions()
-        by_index = devices.gpu_bus_ids(descriptions, per_physical)
-        replicas = devices.match_replicas(self._devices, by_index, None, overrides)
-        bus_ids = [replica.pci_bus_id for replica in replicas if replica.pci_bus_id]
-        uuids = tf_devices.nvml_uuids(bus_ids)
-        self._replicas = devices.match_replicas(self._devices, by_index, uuids.get, overrides)
-
-    def _sample_memory(self) -> None:
-        now = time.monotonic()
-        if now - self._memory_sampled < MEMORY_SAMPLE_SECONDS:
-            return
-        self._memory_sampled = now
-        for replica in self._replicas:
-            kind_index = devices.device_kind_and_index(replica.device)
-            if kind_index is None or kind_index[0] != "GPU":
-                continue  # TensorFlow reports zeros for CPUs: absent, not 0
-            sample = tf_devices.memory_bytes(f"GPU:{kind_index[1]}")
-            if sample is not None:
-                self._memory[replica.replica] = sample
-
-    def _windowed_examples_per_second(self, measured_steps: int, measured_seconds: float) -> None:
-        if self._batch_size is None:
-            return
-        samples = self._throughput_samples
-        now = time.monotonic()
-        while samples and now - samples[0][0] > THROUGHPUT_WINDOW_SECONDS:
-            samples.popleft()
-        if samples:
-            _, steps_then, seconds_then = samples[0]
-        else:
-            steps_then, seconds_then = 0, 0.0
-        if measured_seconds - seconds_then > 0 and measured_steps > steps_then:
-            rate = (measured_steps - steps_then) * self._batch_size
-            self._examples_per_second = rate / (measured_seconds - seconds_then)
-        samples.append((now, measured_steps, measured_seconds))
-
-    def _scaling(self) -> Scaling | None:
-        baseline = self._scaling_baseline
-        throughput = self.steady_examples_per_second()
-        replicas = max(1, len(self._devices))
-        if not baseline or not throughput:
-            return None
-        speedup = throughput / baseline
-        if not (0 < speedup <= 1024 and 0 < speedup / replicas <= 2):
-            return None
-        return Scaling(
-            speedup=speedup,
-            efficiency_ratio=speedup / replicas,
-            baseline_examples_per_second=baseline,
-            examples_per_second=throughput,
-        )
-
-    def _build_body(self, active: bool, sequence: int, dropped: int) -> bytes:
-        self._sample_memory()
-        reading = self._meter.read()
-        self._windowed_examples_per_second(reading.measured_steps, reading.measured_seconds)
-        batch_size = self._batch_size
-        replicas = [
-            Replica(
-                replica=replica.replica,
-                device=replica.device[:256],
-                uuid=replica.uuid,
-                pci_bus_id=replica.pci_bus_id,
-                memory_current_bytes=self._memory.get(replica.replica, (None, None))[0],
-                memory_peak_bytes=self._memory.get(replica.replica, (None, None))[1],
-            )
-            for replica in self._replicas
-        ]
-        snapshot = TrainingSnapshot(
-            schema=1,
-            session=self.session,
-            sequence=sequence,
-            active=active,
-            model=self._model_name,
-            strategy=self._strategy_name,
-            replicas=max(1, len(self._devices)),
-            global_batch_size=batch_size,
-            steps_total=reading.steps_total,
-            examples_total=None if batch_size is None else reading.steps_total * batch_size,
-            step_duration_seconds=StepDurations(
-                bucket_counts=list(reading.bucket_counts),
-                count=reading.duration_count,
-                sum_seconds=reading.duration_sum_seconds,
-            ),
-            examples_per_second=self._examples_per_second,
-            epoch=reading.epoch,
-            loss=reading.loss,
-            replica_devices=replicas,
-            scaling=self._scaling(),
-            telemetry_dropped_total=dropped,
-        )
-        return snapshot.model_dump_json(by_alias=True, exclude_none=True).encode()

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from mirrorwatch.trainer.pusher import RUN_PATTERN
+from mirrorwatch.exporter.vocabulary import RUN_RULE, is_run_id
 
 MODELS = ("cnn", "resnet50", "transformer")  # see mirrorwatch.trainer.models
 DEVICES = ("auto", "gpu", "cpu")  # see mirrorwatch.trainer.training.mirrored_strategy
@@ -119,8 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.data is not None and not os.path.exists(args.data):
         _fail(f"--data: no such file or directory: {args.data}")
     token = _token(args)
-    if args.run is not None and not RUN_PATTERN.match(args.run):
-        _fail(f"--run must be 1 to 64 characters of [A-Za-z0-9_.-], got {args.run!r}")
+    if args.run is not None and not is_run_id(args.run):
+        _fail(f"--run must be {RUN_RULE}, got {args.run!r}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from mirrorwatch.trainer import training
 

@@ -11,13 +11,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from mirrorwatch.exporter.vocabulary import canonical_bus_id
+
 # "device: 0, name: NVIDIA A100-SXM4-80GB, pci bus id: 0000:1b:00.0, compute capability: 8.0"
-_BUS_ID_IN_DESCRIPTION = re.compile(
-    r"pci bus id:\s*([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])"
-)
-_BUS_ID = re.compile(
-    r"^\s*(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\s*$"
-)
+_BUS_ID_IN_DESCRIPTION = re.compile(r"pci bus id:\s*([0-9a-fA-F:.]+)")
 _DEVICE = re.compile(r"device:([A-Za-z_]+):(\d+)$")
 
 # Replica order bus ids for CPU replicas standing in for GPUs (demos, tests against a
@@ -35,25 +32,19 @@ class ReplicaDevice:
     uuid: str | None = None
 
 
-def normalize_bus_id(text: str) -> str | None:
-    """``dddd:bb:dd.f`` in lower case (``lspci -D`` form), from TensorFlow's or NVML's spelling.
-
-    NVML writes ``00000000:1B:00.0``, TensorFlow ``0000:1b:00.0``; both become
-    ``0000:1b:00.0``. A missing domain means domain 0. None when ``text`` is no bus id.
-    """
-    match = _BUS_ID.match(text)
-    if match is None:
+def _canonical(text: str) -> str | None:
+    """vocabulary.canonical_bus_id, or None where ``text`` is no bus id (this module's "don't
+    know")."""
+    try:
+        return canonical_bus_id(text)
+    except ValueError:
         return None
-    domain, bus, device, function = match.groups()
-    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
 
 
 def bus_id_from_description(description: str) -> str | None:
-    """The normalised PCI bus id in a TensorFlow ``physical_device_desc``, or None."""
+    """The canonical PCI bus id in a TensorFlow ``physical_device_desc``, or None."""
     match = _BUS_ID_IN_DESCRIPTION.search(description)
-    if match is None:
-        return None
-    return normalize_bus_id("{}:{}:{}.{}".format(*match.groups()))
+    return None if match is None else _canonical(match.group(1))
 
 
 def device_kind_and_index(device: str) -> tuple[str, int] | None:
@@ -97,7 +88,7 @@ def bus_ids_from_env(value: str | None) -> list[str | None]:
     """The replica-order bus ids in ``MIRRORWATCH_REPLICA_PCI_BUS_IDS`` (None where unreadable)."""
     if not value:
         return []
-    return [normalize_bus_id(part) for part in value.split(",")]
+    return [_canonical(part) for part in value.split(",")]
 
 
 def match_replicas(
@@ -131,6 +122,6 @@ def uuid_resolver(nvml_bus_ids: Mapping[str, str]) -> Callable[[str], str | None
     by_normalized = {
         normalized: uuid
         for bus_id, uuid in nvml_bus_ids.items()
-        if (normalized := normalize_bus_id(bus_id)) is not None
+        if (normalized := _canonical(bus_id)) is not None
     }
     return by_normalized.get

@@ -11,7 +11,6 @@ from __future__ import annotations
 import http.client
 import logging
 import random
-import re
 import socket
 import ssl
 import threading
@@ -23,8 +22,6 @@ from urllib.parse import urlsplit
 
 log = logging.getLogger("mirrorwatch.trainer")
 
-# The contract's run id: it is a path segment of the ingest URL.
-RUN_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_BACKOFF_SECONDS = 60.0
 PUSH_TIMEOUT_SECONDS = 2.0
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Sequence
 from typing import Any
+
+from mirrorwatch.exporter.vocabulary import nvml_bus_id
 
 log = logging.getLogger("mirrorwatch.trainer")
 
 _DEFAULT_STRATEGY_CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
-_BUS_ID_PARTS = re.compile(r"^([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
 
 
 def replica_devices(strategy: Any) -> list[str]:
@@ -65,14 +65,6 @@ def gpu_descriptions() -> tuple[list[tuple[str, str]], list[int]]:
     ], per_physical
 
 
-def _nvml_spelling(bus_id: str) -> str:
-    match = _BUS_ID_PARTS.match(bus_id)
-    if match is None:
-        return bus_id
-    domain, bus, device, function = match.groups()
-    return f"{int(domain, 16):08X}:{bus.upper()}:{device.upper()}.{function}"
-
-
 def nvml_uuids(bus_ids: Sequence[str]) -> dict[str, str]:
     """``{bus id: NVML UUID}`` for the bus ids NVML knows; empty without pynvml or NVML.
 
@@ -94,9 +86,9 @@ def nvml_uuids(bus_ids: Sequence[str]) -> dict[str, str]:
     try:
         for bus_id in dict.fromkeys(bus_ids):
             try:
-                handle = pynvml.nvmlDeviceGetHandleByPciBusId(_nvml_spelling(bus_id))
+                handle = pynvml.nvmlDeviceGetHandleByPciBusId(nvml_bus_id(bus_id))
                 uuid = pynvml.nvmlDeviceGetUUID(handle)
-            except pynvml.NVMLError:
+            except (ValueError, pynvml.NVMLError):  # ValueError: not a bus id at all
                 continue
             found[bus_id] = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
     finally:

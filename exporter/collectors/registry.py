@@ -44,11 +44,28 @@ COLLECTORS: Mapping[str, Callable[[], GpuCollector]] = {
 COLLECTOR_NAMES: tuple[str, ...] = tuple(COLLECTORS)
 
 
+def select_collectors(names: str) -> list[str]:
+    """The collectors a comma-separated list names (``all`` or none: every one).
+
+    Raises ValueError naming the first unknown name and the known ones.
+    """
+    chosen = [name.strip() for name in names.split(",") if name.strip()]
+    if chosen in ([], ["all"]):
+        return list(COLLECTOR_NAMES)
+    unknown = [name for name in chosen if name not in COLLECTORS]
+    if unknown:
+        raise ValueError(
+            f"unknown collector {unknown[0]!r}; known: all, {', '.join(COLLECTOR_NAMES)}"
+        )
+    return chosen
+
+
 @dataclass(frozen=True)
 class ExporterInfo:
-    """Static facts the exporter publishes about itself."""
+    """Static facts the exporter publishes about itself: its version and configuration."""
 
     version: str
+    run_ttl_seconds: float  # --run-ttl: the TrainingTelemetryStale rule reads it
     expected_gpus: int = 0
 
 
@@ -129,4 +146,9 @@ class GpuMetrics:
             "mirrorwatch_exporter_expected_gpus",
             "GPUs this host should have (--expected-gpus); 0 when not configured.",
             value=self._info.expected_gpus,
+        )
+        yield GaugeMetricFamily(
+            "mirrorwatch_exporter_run_ttl_seconds",
+            "Seconds without a push until a training worker reads inactive (--run-ttl).",
+            value=self._info.run_ttl_seconds,
         )

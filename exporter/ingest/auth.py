@@ -4,24 +4,10 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from pathlib import Path
 
 from starlette.types import Scope
 
 from mirrorwatch.exporter.ingest.errors import IngestError
-
-
-def read_token_file(path: Path) -> str:
-    """The token in ``path``, surrounding whitespace removed; ValueError saying why not."""
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as error:
-        raise ValueError(f"cannot read token file {path}: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"token file {path} is not UTF-8 text") from None
-    if not token:
-        raise ValueError(f"token file {path} is empty")
-    return token
 
 
 def is_loopback(host: str | None) -> bool:

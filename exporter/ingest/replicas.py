@@ -7,14 +7,7 @@ from dataclasses import dataclass
 
 from mirrorwatch.exporter.backend import GpuDevice
 from mirrorwatch.exporter.ingest.schema import Replica
-
-
-def canonical_bus_id(value: str) -> str:
-    """``dddd:bb:dd.f`` in lower case: NVML's ``00000000:1B:00.0`` and TF's ``0000:1b:00.0``
-    become the same string. Raises ValueError for anything that is not a bus id."""
-    domain, bus, slot = value.strip().split(":")
-    device, function = slot.split(".")
-    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{int(function, 16):x}"
+from mirrorwatch.exporter.vocabulary import canonical_bus_id
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mirrorwatch.exporter.vocabulary import RUN_PATTERN
+
 # Upper bounds of the step-duration histogram, in seconds: 1 ms to 30 s.
 STEP_DURATION_BUCKETS: tuple[float, ...] = (
     0.001,
@@ -91,7 +93,8 @@ class TrainingSnapshot(_Strict):
     """Schema 1: everything one worker of one run has to say, as running totals."""
 
     schema_version: Literal[1] = Field(alias="schema")
-    session: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")] = (
+    # Spelled as a run id is (vocabulary.RUN_RULE).
+    session: Annotated[str, Field(min_length=1, max_length=64, pattern=RUN_PATTERN.pattern)] = (
         Field(description="id of this worker process's session; a new one means a restart")
     )
     sequence: Count = Field(description="push number within the session, increasing")

@@ -6,6 +6,7 @@
 - ``topology``: how the GPUs reach each other (NVLink, NVSwitch, the PCIe path).
 - ``events``: XID events, drained by the background thread, and their counts.
 - ``pcie``: PCIe throughput sampling for GPUs without PCIe byte-counter fields.
+- ``recovery``: lost GPUs re-probed with backoff by the background thread, and brought back.
 - ``loop``: the background thread.
 - ``lifecycle``: ``NvmlBackend``, init with backoff, recovery and shutdown.
 """

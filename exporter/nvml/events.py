@@ -6,14 +6,13 @@ to the backend, not to one session, so they survive an NVML re-init.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from mirrorwatch.exporter.nvml.session import GONE_ERRORS, GpuHandle, NvmlSession
+from mirrorwatch.exporter.nvml.session import GONE_ERRORS, GpuHandle, NvmlSession, handle_key
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +51,6 @@ class XidCounts:
         """Unix time of the latest event of each XID number GPU `uuid` reported."""
         with self._lock:
             return dict(self._last_at.get(uuid, {}))
-
-
-def handle_key(handle: Any) -> object:
-    """A hashable identity for an NVML device handle; ctypes pointers compare by address."""
-    if isinstance(handle, ctypes._Pointer):
-        return ctypes.cast(handle, ctypes.c_void_p).value
-    return handle
 
 
 class XidEvents:

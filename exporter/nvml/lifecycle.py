@@ -1,8 +1,8 @@
 """The NVML backend's lifecycle: init with backoff, background rounds, recovery and shutdown.
 
 Each successful init opens one ``NvmlSession``, its GPUs (identity, features, topology), its
-XID event set and its PCIe sampler; a teardown drops them all. What must outlive a re-init (XID
-counts, integrated PCIe bytes) belongs to the backend.
+XID event set, its PCIe sampler and the re-probing of its lost GPUs; a teardown drops them all.
+What must outlive a re-init (XID counts, integrated PCIe bytes) belongs to the backend.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from mirrorwatch.exporter.nvml.events import XidCounts, XidEvents
 from mirrorwatch.exporter.nvml.features import DeviceFeatures, probe_features
 from mirrorwatch.exporter.nvml.loop import BackgroundLoop
 from mirrorwatch.exporter.nvml.pcie import PcieSampler, PcieTotals
+from mirrorwatch.exporter.nvml.recovery import LOST_PROBE_INITIAL_S, LostGpuRecovery
 from mirrorwatch.exporter.nvml.session import GpuHandle, NvmlSession
 from mirrorwatch.exporter.nvml.topology import peer_links
 
@@ -36,13 +37,14 @@ class NvmlBackend:
 
     Args:
         retry_initial_s: first delay before retrying a failed NVML init; doubles per failure.
-        retry_max_s: the most the retry delay grows to.
+        retry_max_s: the most the retry delay grows to; also the longest wait between two
+            probes of a lost GPU (the first comes ``LOST_PROBE_INITIAL_S`` after the loss).
         pcie_sample_interval_s: how often PCIe throughput is sampled into byte counters on
             GPUs whose NVML has no PCIe byte-counter fields.
         nvml: a pynvml-compatible module (tests inject a fake); default imports pynvml in
             ``start()``, so a missing package is a status reason, not an import error.
         background: run the background work in a daemon thread; False leaves it to ``poll()``.
-        clock: monotonic seconds, for the retry and sampling schedules.
+        clock: monotonic seconds, for the retry, probe and sampling schedules.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class NvmlBackend:
         self._next_lost_reinit_at = 0.0
         self._xid_events: XidEvents | None = None
         self._pcie_sampler: PcieSampler | None = None
+        self._recovery: LostGpuRecovery | None = None
         self._xids = XidCounts()
         self._pcie_totals = PcieTotals()
 
@@ -140,6 +143,8 @@ class NvmlBackend:
                     return max(self._next_retry_at - self._clock(), 0.0)
             if self._xid_events is not None:
                 self._xid_events.drain()
+            if self._recovery is not None:
+                self._recovery.run()  # before sampling, so a GPU found back is sampled at once
             now = self._clock()
             if now >= self._next_pcie_at and self._pcie_sampler is not None:
                 self._next_pcie_at = now + self._pcie_interval_s
@@ -149,7 +154,9 @@ class NvmlBackend:
                 self._check_health()
             if self._xid_events is not None:
                 return 0.0  # the event wait itself paced this round
-            return max(min(self._next_pcie_at, self._next_health_at) - self._clock(), 0.0)
+            due = min(self._next_pcie_at, self._next_health_at) - self._clock()
+            probe_in = self._recovery.next_probe_in_s() if self._recovery is not None else None
+            return max(due if probe_in is None else min(due, probe_in), 0.0)
 
     # Init, teardown and recovery.
 
@@ -158,7 +165,9 @@ class NvmlBackend:
             self._generation += 1
             generation = self._generation
             self._gone_reason = None
-        started = NvmlSession.start(self._module, generation=generation, on_gone=self._on_gone)
+        started = NvmlSession.start(
+            self._module, generation=generation, on_gone=self._on_gone, clock=self._clock
+        )
         if isinstance(started, str):
             self._init_failed(started)
             return
@@ -176,7 +185,15 @@ class NvmlBackend:
             self._init_failed(f"{gone}.")
             return
         version = session.driver_version()
-        self._xid_events = XidEvents.open(session, [device.gpu for device in devices], self._xids)
+        gpus = [device.gpu for device in devices]
+        self._xid_events = XidEvents.open(session, gpus, self._xids)
+        self._recovery = LostGpuRecovery(
+            session,
+            gpus,
+            clock=self._clock,
+            initial_s=min(LOST_PROBE_INITIAL_S, self._retry_max_s),
+            max_s=self._retry_max_s,
+        )
         now = self._clock()
         self._next_pcie_at = now
         self._next_health_at = now + HEALTH_CHECK_INTERVAL_S
@@ -256,6 +273,7 @@ class NvmlBackend:
         session, self._session = self._session, None
         xid_events, self._xid_events = self._xid_events, None
         self._pcie_sampler = None
+        self._recovery = None
         if xid_events is not None:
             xid_events.close()
         if session is not None:

@@ -3,6 +3,8 @@
 nvmlDeviceGetPcieThroughput blocks ~20 ms per direction, so only the background thread samples
 it; scrapes read the totals under their own lock. The totals belong to the backend and survive
 an NVML re-init; the sampler belongs to one session and stops asking a GPU that cannot answer.
+A GPU's first sample in a session, and its first after it was lost, only restarts its clock:
+nothing is known of the traffic while it was not sampled, so none is invented for that time.
 """
 
 from __future__ import annotations
@@ -35,12 +37,22 @@ class PcieTotals:
         self._sums: dict[str, _PcieSum] = {}
 
     def add_sample(
-        self, uuid: str, transmit_bytes_per_s: float, receive_bytes_per_s: float, at_s: float
+        self,
+        uuid: str,
+        transmit_bytes_per_s: float,
+        receive_bytes_per_s: float,
+        at_s: float,
+        *,
+        restart: bool = False,
     ) -> None:
+        """Integrate one sample; with ``restart``, it only restarts the clock (totals kept)."""
         with self._lock:
             total = self._sums.get(uuid)
             if total is None:
                 self._sums[uuid] = _PcieSum(at_s=at_s)
+                return
+            if restart:
+                total.at_s = at_s
                 return
             elapsed_s = max(at_s - total.at_s, 0.0)
             total.transmit_bytes += transmit_bytes_per_s * elapsed_s
@@ -68,6 +80,7 @@ class PcieSampler:
         self._clock = clock
         self._lock = threading.Lock()
         self._sampled = {gpu.index: gpu for gpu in gpus}
+        self._restart = set(self._sampled)  # GPUs whose next sample only restarts the clock
 
     def sample(self) -> None:
         """Add one throughput sample (KB/s, which NVML means as KiB/s) per sampled GPU."""
@@ -77,20 +90,25 @@ class PcieSampler:
         with self._lock:
             gpus = list(self._sampled.values())
         for gpu in gpus:
-            if session.is_lost(gpu):
-                continue
             tx_kib_s = session.call(gpu, "nvmlDeviceGetPcieThroughput", tx_counter)
             rx_kib_s = session.call(gpu, "nvmlDeviceGetPcieThroughput", rx_counter)
+            if session.is_lost(gpu):
+                # Lost is not unsupported: sample it again once it answers (see recovery).
+                self._restart.add(gpu.index)
+                continue
             if tx_kib_s is None or rx_kib_s is None:
                 # Unsupported or forbidden does not change while the GPU lives: stop asking it.
                 with self._lock:
                     self._sampled.pop(gpu.index, None)
                 continue
+            restart = gpu.index in self._restart
+            self._restart.discard(gpu.index)
             self._totals.add_sample(
                 gpu.uuid,
                 float(tx_kib_s) * BYTES_PER_KIB,
                 float(rx_kib_s) * BYTES_PER_KIB,
                 self._clock(),
+                restart=restart,
             )
 
     def bytes_total(self, gpu: GpuHandle) -> tuple[float, float] | None:

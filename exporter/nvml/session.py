@@ -1,7 +1,8 @@
 """One NVML session: the only importer of pynvml, where every NVML failure becomes an outcome.
 
 Each reading goes through ``NvmlSession.call``: unsupported -> ``None`` (absent, never 0); a
-missing function or permission -> ``None`` and one log line; a lost GPU -> that GPU marked lost;
+missing function or permission -> ``None`` and one log line; a lost GPU -> that GPU marked lost
+(no reading asks it again; ``probe`` is how the background thread finds it answering again);
 NVML itself gone (driver unloaded) -> ``on_gone``, so the backend goes down and re-initialises.
 A session lives from one ``nvmlInit`` to its ``nvmlShutdown``; which GPUs are lost, and where
 the field-values batch is unusable, is its own state and ends with it.
@@ -9,13 +10,15 @@ the field-values batch is unusable, is its own state and ends with it.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 from mirrorwatch.exporter.vocabulary import canonical_bus_id
 
@@ -47,6 +50,14 @@ _INIT_CAUSES = {
 }
 # Errors that mean NVML itself is gone, not one call or one GPU.
 GONE_ERRORS = ("NVML_ERROR_UNINITIALIZED", "NVML_ERROR_DRIVER_NOT_LOADED")
+# Errors that mean this one GPU no longer answers: it is marked lost.
+LOST_ERRORS = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_UNKNOWN")
+# Errors a GPU answers when it cannot give one reading: it still answers.
+_UNAVAILABLE_READING = (
+    "NVML_ERROR_NOT_SUPPORTED",
+    "NVML_ERROR_NO_PERMISSION",
+    "NVML_ERROR_FUNCTION_NOT_FOUND",
+)
 
 FieldKey = tuple[int, int]
 
@@ -67,6 +78,13 @@ def pci_bus_id(value: Any) -> str:
         return text.strip().lower()
 
 
+def handle_key(handle: Any) -> object:
+    """A hashable identity for an NVML device handle; ctypes pointers compare by address."""
+    if isinstance(handle, ctypes._Pointer):
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    return handle
+
+
 @dataclass(frozen=True)
 class GpuHandle:
     """One GPU as this session opened it: its NVML handle and its identity, read once."""
@@ -82,6 +100,20 @@ class FieldsUnavailableError(Exception):
     """nvmlDeviceGetFieldValues cannot be used on this device: fall back."""
 
 
+@dataclass(frozen=True)
+class ProbeAnswer:
+    """What NVML said when a lost GPU was asked again (``NvmlSession.probe``).
+
+    ``outcome``: ``answers`` (the same GPU, under the same handle, answers a reading),
+    ``lost`` (it still does not answer; ``detail`` is the NVML error), ``other_gpu`` (its index
+    answers with another UUID, given in ``detail``) or ``new_handle`` (the same GPU answers,
+    but under another NVML handle than the one this session holds).
+    """
+
+    outcome: Literal["answers", "lost", "other_gpu", "new_handle"]
+    detail: str = ""
+
+
 class NvmlSession:
     """The NVML module plus everything a reading needs to act on a failure.
 
@@ -90,15 +122,21 @@ class NvmlSession:
     """
 
     def __init__(
-        self, nvml: ModuleType, *, generation: int, on_gone: Callable[[str, int], None]
+        self,
+        nvml: ModuleType,
+        *,
+        generation: int,
+        on_gone: Callable[[str, int], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.nvml = nvml
         self.generation = generation
         self._on_gone = on_gone
+        self._clock = clock
         self.error_type: type[Exception] = nvml.NVMLError
         self._lock = threading.Lock()
         self._logged: set[tuple[str, ...]] = set()
-        self._lost: set[int] = set()
+        self._lost: dict[int, float] = {}  # GPU index -> when (clock) it was lost
         self._no_field_values: set[int] = set()
         self._names = {
             int(getattr(nvml, name)): name for name in dir(nvml) if name.startswith("NVML_ERROR_")
@@ -111,6 +149,7 @@ class NvmlSession:
         *,
         generation: int,
         on_gone: Callable[[str, int], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> NvmlSession | str:
         """Import pynvml (unless given a module) and ``nvmlInit``: a session, or why not."""
         if nvml is None:
@@ -125,7 +164,7 @@ class NvmlSession:
                 log.exception("Importing pynvml failed")
                 failure = f"{type(error).__name__}: {error}"
                 return f"NVML could not start: importing pynvml failed: {failure}."
-        session = cls(nvml, generation=generation, on_gone=on_gone)
+        session = cls(nvml, generation=generation, on_gone=on_gone, clock=clock)
         try:
             nvml.nvmlInit()
         except session.error_type as error:
@@ -207,19 +246,63 @@ class NvmlSession:
     def is_lost(self, gpu: GpuHandle) -> bool:
         return gpu.index in self._lost
 
+    def lost_since(self, gpu: GpuHandle) -> float | None:
+        """When (on the session's clock) ``gpu`` was marked lost; None while it answers."""
+        with self._lock:
+            return self._lost.get(gpu.index)
+
     def mark_lost(self, gpu: GpuHandle, why: str) -> None:
-        """From now on every reading of ``gpu`` is None; only a re-init brings it back."""
+        """From now on every reading of ``gpu`` is None, until ``mark_found`` (or a re-init)."""
         with self._lock:
             if gpu.index in self._lost:
                 return
-            self._lost.add(gpu.index)
+            self._lost[gpu.index] = self._clock()
         log.warning(
-            "GPU %d (%s) is lost: %s; its readings are absent until NVML re-initialises",
+            "GPU %d (%s) is lost: %s; its readings are absent until it answers NVML again"
+            " (probed in the background) or NVML re-initialises",
             gpu.index,
             gpu.uuid,
             why,
             extra={"gpu": gpu.index, "uuid": gpu.uuid, "reason": why},
         )
+
+    def mark_found(self, gpu: GpuHandle) -> float | None:
+        """``gpu`` answers again: its readings return. Returns how long it was lost, seconds."""
+        with self._lock:
+            since = self._lost.pop(gpu.index, None)
+        return None if since is None else max(self._clock() - since, 0.0)
+
+    def probe(self, gpu: GpuHandle) -> ProbeAnswer:
+        """Ask NVML whether lost ``gpu`` answers again, as itself; marks nothing.
+
+        Its index must give back its UUID (a different card there is not this GPU), answer the
+        reading ``alive()`` makes, and do so under the handle this session holds (which every
+        reading, the XID event set and the PCIe sampler use). Only the background thread calls
+        this: a GPU that fell off the bus can make each call slow.
+        """
+        nvml = self.nvml
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(gpu.index)
+            uuid = as_text(nvml.nvmlDeviceGetUUID(handle))
+        except self.error_type as error:
+            return self._still_lost(error)
+        if uuid != gpu.uuid:
+            return ProbeAnswer("other_gpu", uuid)
+        try:
+            nvml.nvmlDeviceGetMemoryInfo(handle)
+        except self.error_type as error:
+            # A reading this GPU cannot give is still an answer; any other error (lost,
+            # unknown, reset required, timeout) leaves it lost.
+            if not self.is_error(error, *_UNAVAILABLE_READING):
+                return self._still_lost(error)
+        if handle_key(handle) != handle_key(gpu.handle):
+            return ProbeAnswer("new_handle")
+        return ProbeAnswer("answers")
+
+    def _still_lost(self, error: BaseException) -> ProbeAnswer:
+        if self.is_error(error, *GONE_ERRORS):
+            self.gone(f"NVML stopped answering: {self.describe(error)}")
+        return ProbeAnswer("lost", self.error_name(error))
 
     # Calls.
 
@@ -268,7 +351,7 @@ class NvmlSession:
                 nvml_error=name,
                 **context,
             )
-        elif name in ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_UNKNOWN"):
+        elif name in LOST_ERRORS:
             self.mark_lost(gpu, f"{function} answered {name}")
         elif name in GONE_ERRORS:
             self.gone(f"NVML stopped answering: {self.describe(error)}")

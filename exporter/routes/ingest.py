@@ -15,20 +15,24 @@ from mirrorwatch.exporter.ingest.errors import IngestError
 from mirrorwatch.exporter.ingest.schema import TrainingSnapshot
 from mirrorwatch.exporter.ingest.store import RunStore
 from mirrorwatch.exporter.state import ExporterState
+from mirrorwatch.exporter.vocabulary import MAX_WORKER, RUN_PATTERN, RUN_RULE
 
 WORKER_PATH = "/api/v1/runs/{run}/workers/{worker}"
 
 RunId = Annotated[
     str,
+    # The lengths too, though the pattern bounds them: their messages say what is wrong.
     Path(
-        min_length=1,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9_.-]+$",
-        description="run id: 1..64 characters of A-Z a-z 0-9 _ . -",
+        min_length=1, max_length=64, pattern=RUN_PATTERN.pattern, description=f"run id: {RUN_RULE}"
     ),
 ]
 WorkerIndex = Annotated[
-    int, Path(ge=0, le=1023, description="the worker's task index (TF_CONFIG), 0..1023")
+    int,
+    Path(
+        ge=0,
+        le=MAX_WORKER,
+        description=f"the worker's task index (TF_CONFIG), 0..{MAX_WORKER}",
+    ),
 ]
 
 

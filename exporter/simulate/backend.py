@@ -20,6 +20,7 @@ from mirrorwatch.exporter.backend import (
     PeerLink,
     TemperatureThreshold,
 )
+from mirrorwatch.exporter.simulate.models import Hardware
 from mirrorwatch.exporter.simulate.physics import (
     ENERGY,
     NVLINK,
@@ -28,7 +29,7 @@ from mirrorwatch.exporter.simulate.physics import (
     GpuPhysics,
     Sample,
 )
-from mirrorwatch.exporter.simulate.scenario import Hardware, Scenario, ScenarioError
+from mirrorwatch.exporter.simulate.scenario import Scenario, ScenarioError
 
 # The PCI buses of an 8-GPU HGX H100 baseboard; further GPUs go to further PCI domains.
 _PCI_BUSES: Final = (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF)

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
 # Error types whose message the models wrote for people (PydanticCustomError): used as is.
-CUSTOM_ERROR_TYPES = frozenset({"duration", "profile", "hardware", "event"})
+CUSTOM_ERROR_TYPES = frozenset({"duration", "profile", "hardware", "event", "expected_alerts"})
 
 
 def describe_error(error: ErrorDetails, root: type[BaseModel]) -> tuple[str, str]:

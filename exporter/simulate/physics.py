@@ -25,15 +25,7 @@ from mirrorwatch.exporter.backend import (
     NvlinkErrorType,
     PcieLink,
 )
-from mirrorwatch.exporter.simulate.profiles import (
-    Clamped,
-    Constant,
-    Noise,
-    Profile,
-    build_profile,
-    noise_key,
-)
-from mirrorwatch.exporter.simulate.scenario import (
+from mirrorwatch.exporter.simulate.models import (
     EccEvent,
     GpuLostEvent,
     NvlinkDownEvent,
@@ -42,11 +34,19 @@ from mirrorwatch.exporter.simulate.scenario import (
     PcieReplaysEvent,
     PowerCapEvent,
     ProfileSpec,
-    Scenario,
     TemperatureEvent,
     ThrottleEvent,
     XidEvent,
 )
+from mirrorwatch.exporter.simulate.profiles import (
+    Clamped,
+    Constant,
+    Noise,
+    Profile,
+    build_profile,
+    noise_key,
+)
+from mirrorwatch.exporter.simulate.scenario import Scenario
 
 IDLE_BELOW_UTILIZATION: Final = 0.05
 IDLE_PCIE_GENERATION: Final = 1

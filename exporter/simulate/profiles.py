@@ -11,7 +11,7 @@ import random
 import zlib
 from typing import Final, Protocol
 
-from mirrorwatch.exporter.simulate.scenario import ProfileSpec
+from mirrorwatch.exporter.simulate.models import ProfileSpec
 
 _MASK64: Final = (1 << 64) - 1
 _TABLE_BITS: Final = 13

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 ALERTS = REPO / "alerts"
 RULES = ALERTS / "mirrorwatch.rules.yml"
 THRESHOLDS = ALERTS / "thresholds.yml"
-GENERATOR = ALERTS / "build_rules.py"
+# The rule generator, as `make alerts` runs it.
+GENERATE = [sys.executable, "-m", "mirrorwatch.alerts.build"]
 PROMTOOL_TESTS = sorted((ALERTS / "tests").glob("*.yml"))
 ALERTMANAGER_CONFIG = ALERTS / "alertmanager.yml"
 ALERTMANAGER_EXAMPLE = ALERTS / "alertmanager.slack-email.example.yml"

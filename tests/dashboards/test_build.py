@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards import build, common
+from dashboards import build
+from dashboards.variables import DATASOURCE_UID
+from mirrorwatch.alerts.thresholds import Thresholds, load_thresholds, parse_thresholds
 from tests.dashboards.queries import (
     JSON_DIR,
     PROVISIONING,
@@ -67,10 +69,10 @@ def test_datasource_is_provisioned_with_the_pinned_uid() -> None:
     (path,) = (PROVISIONING / "datasources").glob("*.yml")
     (source,) = yaml.safe_load(path.read_text(encoding="utf-8"))["datasources"]
     assert source["type"] == "prometheus"
-    assert source["uid"] == common.DATASOURCE_UID
+    assert source["uid"] == DATASOURCE_UID
     for dashboard in DASHBOARDS.values():
         (ds,) = (v for v in dashboard["templating"]["list"] if v["name"] == "datasource")
-        assert ds["current"]["value"] == common.DATASOURCE_UID
+        assert ds["current"]["value"] == DATASOURCE_UID
 
 
 def test_dashboards_are_provisioned_into_the_mirrorwatch_folder() -> None:
@@ -110,31 +112,67 @@ def threshold_values(p: dict[str, Any]) -> list[float]:
     return [s["value"] for s in p["fieldConfig"]["defaults"]["thresholds"]["steps"] if s["value"]]
 
 
+def limit(thresholds: Thresholds, alert: str, setting: str) -> float:
+    value = getattr(thresholds.alert(alert), setting)
+    assert isinstance(value, float)
+    return value
+
+
 @pytest.mark.parametrize(
-    ("dashboard", "title", "limit"),
+    ("dashboard", "title", "alert", "setting"),
     [
-        ("Training balance", "Utilisation spread", "imbalance_spread_ratio"),
-        ("Training balance", "Deviation from run mean", "imbalance_spread_ratio"),
-        ("Training balance", "Scaling efficiency", "scaling_efficiency_ratio"),
-        ("Training balance", "Last push", "telemetry_stale_seconds"),
-        ("GPU host", "Memory used", "memory_used_ratio"),
-        ("GPU host", "Throttle time fraction", "power_capped_fraction"),
-        ("GPU host", "NVLink errors", "nvlink_errors_per_10m"),
+        ("Training balance", "Utilisation spread", "GpuUtilizationImbalance", "spread_ratio"),
+        ("Training balance", "Deviation from run mean", "GpuUtilizationImbalance", "spread_ratio"),
+        (
+            "Training balance",
+            "Scaling efficiency",
+            "TrainingScalingEfficiencyLow",
+            "efficiency_ratio",
+        ),
+        ("Training balance", "Last push", "TrainingTelemetryStale", "stale_after_seconds"),
+        ("GPU host", "Memory used", "GpuMemoryNearlyFull", "used_ratio"),
+        ("GPU host", "Throttle time fraction", "GpuPowerCapped", "throttled_fraction"),
+        ("GPU host", "NVLink errors", "GpuNvlinkErrors", "errors_per_10m"),
     ],
 )
-def test_thresholds_come_from_the_alert_settings(dashboard: str, title: str, limit: str) -> None:
-    value = getattr(common.load_limits(), limit)
+def test_thresholds_come_from_the_alert_settings(
+    dashboard: str, title: str, alert: str, setting: str
+) -> None:
+    value = limit(load_thresholds(), alert, setting)
     assert value in threshold_values(panel(dashboard, title))
 
 
-def test_a_changed_alert_setting_moves_the_panel(tmp_path: Any) -> None:
-    settings = yaml.safe_load(common.THRESHOLDS_FILE.read_text(encoding="utf-8"))
-    settings["GpuUtilizationImbalance"]["spread_ratio"] = 0.07
-    path = tmp_path / "thresholds.yml"
-    path.write_text(yaml.safe_dump(settings), encoding="utf-8")
-    fresh = build.DASHBOARDS[build.HOME](common.load_limits(path))
-    (spread,) = (p for p in panels(fresh) if p["title"] == "Utilisation spread")
-    assert threshold_values(spread) == [0.07]
+def settings_with(**changes: dict[str, object]) -> Thresholds:
+    raw = yaml.safe_load(REPO.joinpath("alerts", "thresholds.yml").read_text(encoding="utf-8"))
+    for alert, values in changes.items():
+        raw[alert].update(values)
+    return parse_thresholds(raw)
+
+
+def fresh_panel(thresholds: Thresholds, file_name: str, title: str) -> dict[str, Any]:
+    (found,) = (p for p in panels(build.DASHBOARDS[file_name](thresholds)) if p["title"] == title)
+    return found
+
+
+def test_a_changed_alert_setting_moves_the_panel() -> None:
+    thresholds = settings_with(GpuUtilizationImbalance={"spread_ratio": 0.07})
+    assert threshold_values(fresh_panel(thresholds, build.HOME, "Utilisation spread")) == [0.07]
+
+
+def test_descriptions_name_the_alerts_for_window() -> None:
+    thresholds = settings_with(GpuMemoryNearlyFull={"for": "30m"}, GpuLost={"for": "2m"})
+    memory = fresh_panel(thresholds, "gpu-host.json", "Memory used")
+    assert "for 30 minutes: GpuMemoryNearlyFull" in memory["description"]
+    assert (
+        "for 2 minutes: GpuLost"
+        in fresh_panel(thresholds, "gpu-host.json", "GPU up")["description"]
+    )
+
+
+def test_the_xid_panel_names_the_critical_xids_of_the_settings() -> None:
+    thresholds = settings_with(GpuXidError={"critical_xids": [79, 48]})
+    description = fresh_panel(thresholds, "gpu-host.json", "XID errors")["description"]
+    assert "48, 79 need attention now" in description
 
 
 def test_json_files_are_only_the_built_ones() -> None:

@@ -42,6 +42,7 @@ SCENARIOS = ("healthy", "xid")
 # $__rate_interval as Grafana computes it for a 1 s scrape interval is 4 s; a little more
 # keeps the check independent of scrape jitter.
 RATE_INTERVAL = "10s"
+RATE_INTERVAL_MS = "10000"
 # What a healthy host leaves empty, and the scenario that fills it.
 FILLED_BY: dict[tuple[str, str], str] = {
     ("GPU host", "XID errors"): "xid",
@@ -241,6 +242,7 @@ def values(scenario: str) -> dict[str, str]:
     """The variables as a user would select them to look at that scenario's host."""
     return {
         "__rate_interval": RATE_INTERVAL,
+        "__rate_interval_ms": RATE_INTERVAL_MS,
         "job": job(scenario),
         "instance": ".+",
         "run": run_name(scenario),

@@ -26,6 +26,7 @@ TARGETS = all_targets()
 # Any syntactically right value does for parsing; a range for $__rate_interval.
 PARSE_VALUES = {
     "__rate_interval": "1m",
+    "__rate_interval_ms": "60000",
     "job": ".+",
     "instance": ".+",
     "run": ".+",

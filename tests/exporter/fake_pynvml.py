@@ -19,6 +19,7 @@ import pynvml
 @dataclass(frozen=True)
 class FakeHandle:
     index: int
+    epoch: int = 0  # FakeNvml.handle_epoch when it was handed out; handles compare by both
 
 
 @dataclass
@@ -173,6 +174,7 @@ class FakeNvml(types.ModuleType):
         self.events: collections.deque[FakeEvent] = collections.deque()
         self.event_sets_freed = 0
         self.initialized = 0
+        self.handle_epoch = 0  # raise it to hand out handles unlike those handed out before
 
     # Plumbing.
 
@@ -220,7 +222,7 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:  # noqa: N802
         self._gpu("nvmlDeviceGetHandleByIndex", FakeHandle(index))
-        return FakeHandle(index)
+        return FakeHandle(index, self.handle_epoch)
 
     # Identity.
 
@@ -434,4 +436,5 @@ class FakeNvml(types.ModuleType):
 
     def xid(self, gpu: int, xid: int) -> None:
         """Queue an XID event as the driver would report it."""
-        self.events.append(FakeEvent(FakeHandle(gpu), pynvml.nvmlEventTypeXidCriticalError, xid))
+        handle = FakeHandle(gpu, self.handle_epoch)
+        self.events.append(FakeEvent(handle, pynvml.nvmlEventTypeXidCriticalError, xid))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from mirrorwatch.exporter.cli import main
+from mirrorwatch.exporter.cli import build_parser, load_settings, main
+from mirrorwatch.exporter.settings import Settings
 from tests.exporter.exporter_process import EXPORTER
 
 
@@ -41,7 +43,9 @@ def test_gpus_without_simulate(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_bad_listen_address(capsys: pytest.CaptureFixture[str]) -> None:
     message = fail(["--simulate", "healthy", "--listen", "localhost"], capsys)
-    assert message == "--listen: Value error, expected HOST:PORT, got 'localhost'"
+    assert message == (
+        "--listen: Value error, expected HOST:PORT such as 127.0.0.1:9090, got 'localhost'"
+    )
 
 
 def test_bad_environment_variable_is_named(
@@ -54,7 +58,15 @@ def test_bad_environment_variable_is_named(
 
 def test_unknown_collector(capsys: pytest.CaptureFixture[str]) -> None:
     message = fail(["--simulate", "healthy", "--collectors", "power,vibes"], capsys)
-    assert message.startswith("--collectors: Value error, unknown collector 'vibes'")
+    assert message.startswith("--collectors: unknown collector 'vibes'; known: all, device,")
+
+
+def test_an_unknown_collector_in_the_environment_names_the_variable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MIRRORWATCH_COLLECTORS", "power,vibes")
+    message = fail(["--simulate", "healthy"], capsys)
+    assert message.startswith("MIRRORWATCH_COLLECTORS: unknown collector 'vibes'")
 
 
 def test_unknown_scenario_names_the_builtins(capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,3 +120,67 @@ def test_console_script_exits_2_without_a_traceback() -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().startswith("mirrorwatch-exporter: error: --gpus:")
+
+
+def test_every_setting_but_the_secret_is_a_flag_with_its_description() -> None:
+    actions = {action.dest: action for action in build_parser()._actions}
+    for name, field in Settings.model_fields.items():
+        if name == "ingest_token":
+            assert actions[f"refused_{name}"].help == argparse.SUPPRESS
+            continue
+        action = actions[name]
+        assert action.option_strings == ["--" + name.replace("_", "-")]
+        assert action.default is None  # unset flags leave the variables and defaults alone
+        assert action.help is not None
+        assert action.help.startswith(str(field.description))
+        assert action.help.endswith(f"$MIRRORWATCH_{name.upper()})")
+
+
+def test_the_flags_are_the_documented_ones() -> None:
+    flags = {option for action in build_parser()._actions for option in action.option_strings}
+    assert flags == {
+        "-h",
+        "--help",
+        "--version",
+        "--listen",
+        "--simulate",
+        "--gpus",
+        "--expected-gpus",
+        "--collectors",
+        "--nvml-retry-max-seconds",
+        "--ingest-token-file",
+        "--ingest-token",
+        "--run-ttl",
+        "--max-runs",
+        "--max-workers",
+        "--max-replicas",
+        "--log-level",
+        "--log-format",
+        "--list-scenarios",
+    }
+
+
+def test_typed_flags_convert_and_choices_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["--nvml-retry-max-seconds", "2.5", "--max-runs", "3"])
+    assert (args.nvml_retry_max_seconds, args.max_runs) == (2.5, 3)
+    message = fail(["--log-level", "loud"], capsys)
+    assert message.startswith("argument --log-level: invalid choice: 'loud'")
+
+
+def test_a_flag_wins_over_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIRRORWATCH_EXPECTED_GPUS", "4")
+    monkeypatch.setenv("MIRRORWATCH_MAX_RUNS", "5")
+    settings = load_settings(build_parser().parse_args(["--expected-gpus", "8"]))
+    assert (settings.expected_gpus, settings.max_runs) == (8, 5)
+
+
+def test_the_readme_documents_every_flag_and_variable() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### The exporter", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    for name, field in Settings.model_fields.items():
+        variable = f"`MIRRORWATCH_{name.upper()}`"
+        secret = "SecretStr" in str(field.annotation)
+        flag = "(variable only)" if secret else "`--" + name.replace("_", "-")
+        row = next((line for line in rows if variable in line), "")
+        assert row.startswith(f"| {flag}"), name

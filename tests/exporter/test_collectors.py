@@ -21,7 +21,9 @@ UUID1 = "GPU-11111111-1111-1111-1111-111111111111"
 def series(backend: StaticBackend, collectors: Sequence[str] = COLLECTOR_NAMES) -> list[str]:
     """The exposition's sample lines, without HELP/TYPE and without collector durations."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuMetrics(backend, ExporterInfo("1.2.3", expected_gpus=2), collectors))
+    registry.register(
+        GpuMetrics(backend, ExporterInfo("1.2.3", run_ttl_seconds=90, expected_gpus=2), collectors)
+    )
     text = generate_latest(registry).decode()
     return [
         line
@@ -37,7 +39,7 @@ def gpu_series(lines: list[str], gpu: int) -> list[str]:
 def samples(backend: StaticBackend) -> dict[tuple[str, str], float]:
     """GPU 0's samples as {(name, "label=value,...") : value}, labels beyond gpu and uuid only."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuMetrics(backend, ExporterInfo("1.2.3")))
+    registry.register(GpuMetrics(backend, ExporterInfo("1.2.3", run_ttl_seconds=300)))
     found: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(generate_latest(registry).decode()):
         for sample in family.samples:
@@ -153,7 +155,9 @@ def test_xid_counts_and_latest_event_times_are_served_per_xid_number() -> None:
         ("mirrorwatch_gpu_xid_last_event_timestamp_seconds", "xid=48"): 1722849000.0,
     }
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuMetrics(StaticBackend([gpu]), ExporterInfo("1.2.3"), ["xid"]))
+    registry.register(
+        GpuMetrics(StaticBackend([gpu]), ExporterInfo("1.2.3", run_ttl_seconds=300), ["xid"])
+    )
     types = {
         family.name: family.type
         for family in text_string_to_metric_families(generate_latest(registry).decode())
@@ -181,6 +185,7 @@ def test_exporter_metrics_describe_the_exporter() -> None:
     ) in lines
     assert "mirrorwatch_exporter_gpus 1.0" in lines
     assert "mirrorwatch_exporter_expected_gpus 2.0" in lines
+    assert "mirrorwatch_exporter_run_ttl_seconds 90.0" in lines
     assert 'mirrorwatch_exporter_collector_success{collector="device"} 1.0' in lines
 
 
@@ -201,7 +206,9 @@ class ExplodingGpu(StaticGpu):
 
 def test_one_failing_collector_never_fails_the_scrape(caplog: pytest.LogCaptureFixture) -> None:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuMetrics(StaticBackend([ExplodingGpu()]), ExporterInfo("1")))
+    registry.register(
+        GpuMetrics(StaticBackend([ExplodingGpu()]), ExporterInfo("1", run_ttl_seconds=300))
+    )
     generate_latest(registry)  # a first scrape; the failure is logged once, not per scrape
     lines = generate_latest(registry).decode().splitlines()
     assert 'mirrorwatch_exporter_collector_success{collector="thermal"} 0.0' in lines
@@ -237,7 +244,8 @@ def test_each_gpu_is_probed_once_per_scrape() -> None:
 
 def test_view_of_a_down_backend_is_empty() -> None:
     metrics = GpuMetrics(
-        StaticBackend([StaticGpu()], BackendStatus(up=False, reason="x")), ExporterInfo("1")
+        StaticBackend([StaticGpu()], BackendStatus(up=False, reason="x")),
+        ExporterInfo("1", run_ttl_seconds=300),
     )
     assert metrics.view() == ScrapeView(gpus=(), alive=())
 
@@ -248,7 +256,9 @@ def _names(families: Iterator[Metric]) -> list[str]:
 
 def test_families_are_fresh_on_every_scrape() -> None:
     gpu = StaticGpu(utilization=0.5)
-    metrics = GpuMetrics(StaticBackend([gpu]), ExporterInfo("1"), ["utilization"])
+    metrics = GpuMetrics(
+        StaticBackend([gpu]), ExporterInfo("1", run_ttl_seconds=300), ["utilization"]
+    )
     first = list(metrics.collect())
     gpu.utilization = None
     second = list(metrics.collect())

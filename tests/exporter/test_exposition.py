@@ -35,7 +35,7 @@ def reference(families: list[Metric]) -> bytes:
 
 def test_simulated_host_renders_identically() -> None:
     backend = SimulatedBackend(load_scenario("nvlink-errors", gpus=4), clock=lambda: 90.0)
-    families = list(GpuMetrics(backend, ExporterInfo("1")).collect())
+    families = list(GpuMetrics(backend, ExporterInfo("1", run_ttl_seconds=300)).collect())
     renderer = TextRenderer()
     assert renderer.render(families) == reference(families)
     assert renderer.render(families) == reference(families)  # from the label cache

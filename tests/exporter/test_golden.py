@@ -24,7 +24,11 @@ def exposition(scenario: str, at_seconds: float) -> str:
     backend.start()
     try:
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(GpuMetrics(backend, ExporterInfo(version="golden", expected_gpus=2)))
+        registry.register(
+            GpuMetrics(
+                backend, ExporterInfo(version="golden", run_ttl_seconds=300, expected_gpus=2)
+            )
+        )
         text = generate_latest(registry).decode()
     finally:
         backend.shutdown()

@@ -12,6 +12,7 @@ from typing import Any
 
 import pynvml
 import pytest
+from prometheus_client.samples import Sample
 
 from mirrorwatch.exporter.backend import (
     CLOCKS,
@@ -23,6 +24,7 @@ from mirrorwatch.exporter.backend import (
     PcieLink,
     PeerLink,
 )
+from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics
 from mirrorwatch.exporter.nvml import (
     DRIVER_HINT,
     HEALTH_CHECK_INTERVAL_S,
@@ -331,13 +333,16 @@ def test_gpu_is_lost_on_one_gpu_while_the_other_keeps_reporting(
     assert readings(gpu0) == FULL_READINGS
 
 
-def test_a_lost_gpu_stays_lost_until_nvml_reinitialises(fake: FakeNvml, make_backend: Any) -> None:
+def test_scrapes_never_ask_a_lost_gpu_again(fake: FakeNvml, make_backend: Any) -> None:
+    # Only the background probe asks it (below): a GPU off the bus can make each call slow.
     gpu1 = make_backend(fake).gpus()[1]
     fake.gpus[1].lost = True
     assert gpu1.temperature_celsius() is None
     fake.gpus[1].lost = False
+    calls = sum(fake.calls.values())
     assert not gpu1.alive()
-    assert gpu1.temperature_celsius() is None
+    assert readings(gpu1) == ABSENT_READINGS
+    assert sum(fake.calls.values()) == calls
 
 
 def test_unknown_error_marks_that_gpu_lost(fake: FakeNvml, make_backend: Any) -> None:
@@ -348,6 +353,259 @@ def test_unknown_error_marks_that_gpu_lost(fake: FakeNvml, make_backend: Any) ->
     assert readings(gpu1) == ABSENT_READINGS
     assert gpu0.alive()
     assert readings(gpu0) == FULL_READINGS
+
+
+# Lost GPUs coming back.
+
+
+def scrape(backend: NvmlBackend) -> list[Sample]:
+    """One scrape of every collector, as the /metrics route makes it."""
+    metrics = GpuMetrics(backend, ExporterInfo("test", run_ttl_seconds=300))
+    return [sample for family in metrics.collect() for sample in family.samples]
+
+
+def gpu_up(backend: NvmlBackend) -> dict[str, float]:
+    return {s.labels["uuid"]: s.value for s in scrape(backend) if s.name == "mirrorwatch_gpu_up"}
+
+
+def temperature_series(backend: NvmlBackend) -> set[str]:
+    """The UUIDs that have a temperature series in a scrape."""
+    return {
+        s.labels["uuid"] for s in scrape(backend) if s.name == "mirrorwatch_gpu_temperature_celsius"
+    }
+
+
+def probes(fake: FakeNvml) -> int:
+    """Probes so far: after init, only a probe asks NVML for a handle."""
+    return fake.calls["nvmlDeviceGetHandleByIndex"]
+
+
+def test_a_lost_gpu_comes_back_by_itself_when_nvml_answers_for_it_again(
+    fake: FakeNvml, make_backend: Any, clock: FakeClock
+) -> None:
+    backend = make_backend(fake)
+    gpu0, gpu1 = backend.gpus()
+    fake.gpus[1].errors["nvmlDeviceGetTemperature"] = pynvml.NVML_ERROR_GPU_IS_LOST
+    assert gpu1.temperature_celsius() is None
+    assert gpu_up(backend) == {"GPU-aaaa": 1.0, "GPU-bbbb": 0.0}
+    assert temperature_series(backend) == {"GPU-aaaa"}
+    assert readings(gpu0) == FULL_READINGS
+
+    del fake.gpus[1].errors["nvmlDeviceGetTemperature"]  # e.g. after `nvidia-smi -r -i 1`
+    clock.advance(4.0)
+    backend.poll()
+    assert gpu_up(backend)["GPU-bbbb"] == 0.0  # the first probe is 5 s after the loss
+    clock.advance(1.0)
+    backend.poll()
+    assert gpu_up(backend) == {"GPU-aaaa": 1.0, "GPU-bbbb": 1.0}
+    assert temperature_series(backend) == {"GPU-aaaa", "GPU-bbbb"}
+    assert readings(gpu1) == FULL_READINGS
+    assert backend.gpus() == (gpu0, gpu1)  # the same GPUs, without a re-init
+    assert fake.calls["nvmlInit"] == 1
+
+
+def test_a_lost_gpu_is_probed_from_5_s_doubling_up_to_the_retry_maximum(
+    fake: FakeNvml, make_backend: Any, clock: FakeClock
+) -> None:
+    backend = make_backend(fake, retry_max_s=30.0)
+    gpu1 = backend.gpus()[1]
+    fake.gpus[1].lost = True
+    assert not gpu1.alive()
+    lost_at, before = clock.now, probes(fake)
+    probed_at: list[float] = []
+    for _ in range(130):
+        clock.advance(1.0)
+        backend.poll()
+        if probes(fake) > before + len(probed_at):
+            probed_at.append(clock.now - lost_at)
+    assert probed_at == [5.0, 15.0, 35.0, 65.0, 95.0, 125.0]  # waits 5, 10, 20, 30, 30, 30
+    assert not gpu1.alive()
+    assert backend.status().up
+    assert fake.calls["nvmlInit"] == 1
+
+
+def test_a_gpu_lost_again_after_coming_back_is_probed_from_5_s_again(
+    fake: FakeNvml, make_backend: Any, clock: FakeClock
+) -> None:
+    backend = make_backend(fake, retry_max_s=30.0)
+    gpu1 = backend.gpus()[1]
+    fake.gpus[1].lost = True
+    assert not gpu1.alive()
+    for _ in range(3):  # probes at 5 and 15 s fail
+        clock.advance(5.0)
+        backend.poll()
+    fake.gpus[1].lost = False
+    clock.advance(20.0)
+    backend.poll()
+    assert gpu1.alive()
+    fake.gpus[1].lost = True
+    assert not gpu1.alive()
+    fake.gpus[1].lost = False
+    clock.advance(5.0)
+    backend.poll()
+    assert gpu1.alive()
+
+
+@pytest.mark.parametrize(
+    ("error", "back"),
+    [
+        ("NVML_ERROR_NOT_SUPPORTED", True),  # a reading it cannot give: it answers
+        ("NVML_ERROR_NO_PERMISSION", True),
+        ("NVML_ERROR_RESET_REQUIRED", False),
+        ("NVML_ERROR_UNKNOWN", False),
+        ("NVML_ERROR_TIMEOUT", False),
+    ],
+)
+def test_a_lost_gpu_comes_back_only_when_its_probe_reading_answers(
+    fake: FakeNvml, make_backend: Any, clock: FakeClock, error: str, back: bool
+) -> None:
+    backend = make_backend(fake)
+    gpu1 = backend.gpus()[1]
+    fake.gpus[1].lost = True
+    assert not gpu1.alive()
+    fake.gpus[1].lost = False
+    fake.gpus[1].errors["nvmlDeviceGetMemoryInfo"] = getattr(pynvml, error)
+    before = probes(fake)
+    clock.advance(5.0)
+    backend.poll()
+    assert probes(fake) == before + 1
+    assert gpu1.alive() is back
+
+
+def test_loss_and_recovery_are_logged_once_each_with_the_uuid_and_time_lost(
+    fake: FakeNvml, make_backend: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = make_backend(fake)
+    gpu1 = backend.gpus()[1]
+    with caplog.at_level(logging.INFO, logger="mirrorwatch.exporter.nvml"):
+        fake.gpus[1].lost = True
+        for _ in range(3):
+            assert not gpu1.alive()
+            assert gpu1.power_watts() is None
+        clock.advance(5.0)
+        backend.poll()  # still lost
+        fake.gpus[1].lost = False
+        clock.advance(10.0)
+        backend.poll()
+        assert gpu1.alive()
+    [lost] = log_lines(caplog, "is lost")
+    assert lost.levelno == logging.WARNING
+    assert lost.__dict__["uuid"] == "GPU-bbbb"
+    [back] = log_lines(caplog, "is back")
+    assert back.getMessage() == (
+        "GPU 1 (GPU-bbbb) is back after 15 s lost: NVML answers for it again"
+    )
+    assert back.__dict__["uuid"] == "GPU-bbbb"
+    assert back.__dict__["lost_seconds"] == 15.0
+
+
+def test_a_different_gpu_at_a_lost_gpus_index_keeps_it_lost_and_is_logged_once(
+    fake: FakeNvml, make_backend: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = make_backend(fake, retry_max_s=30.0)
+    gpu1 = backend.gpus()[1]
+    fake.gpus[1].lost = True
+    assert not gpu1.alive()
+    fake.gpus[1] = FakeGpu(uuid="GPU-cccc", pci_bus_id="00000000:65:00.0")
+    before = probes(fake)
+    with caplog.at_level(logging.WARNING, logger="mirrorwatch.exporter.nvml"):
+        for _ in range(8):
+            clock.advance(5.0)
+            backend.poll()
+    assert probes(fake) == before + 3  # at 5, 15 and 35 s: it keeps backing off
+    assert not gpu1.alive()
+    assert gpu_up(backend) == {"GPU-aaaa": 1.0, "GPU-bbbb": 0.0}
+    assert [gpu.uuid for gpu in backend.gpus()] == ["GPU-aaaa", "GPU-bbbb"]
+    [record] = log_lines(caplog, "stays lost")
+    assert "GPU-cccc" in record.getMessage()
+    assert "restart the exporter" in record.getMessage()
+    assert fake.calls["nvmlInit"] == 1
+
+
+def test_a_gpu_lost_by_xid_79_comes_back_the_same_way_and_keeps_its_xid_counts(
+    fake: FakeNvml, make_backend: Any, clock: FakeClock
+) -> None:
+    backend = make_backend(fake)
+    gpu1 = backend.gpus()[1]
+    fake.xid(1, 79)
+    backend.poll()
+    assert gpu_up(backend) == {"GPU-aaaa": 1.0, "GPU-bbbb": 0.0}
+    clock.advance(5.0)
+    backend.poll()  # NVML answers for it: XID 79 was transient
+    assert gpu_up(backend) == {"GPU-aaaa": 1.0, "GPU-bbbb": 1.0}
+    assert gpu1.power_watts() == 250.5
+    assert gpu1.xid_errors_total() == {79: 1.0}
+    fake.xid(1, 79)
+    backend.poll()
+    assert not gpu1.alive()
+    assert gpu1.xid_errors_total() == {79: 2.0}
+
+
+def test_a_gpu_answering_under_a_new_handle_comes_back_through_a_reinit(
+    fake: FakeNvml, make_backend: Any, clock: FakeClock
+) -> None:
+    backend = make_backend(fake)
+    fake.xid(1, 13)
+    backend.poll()
+    fake.gpus[1].lost = True
+    assert not backend.gpus()[1].alive()
+    fake.gpus[1].lost = False
+    fake.handle_epoch += 1  # the old handle is not the one NVML hands out now
+    clock.advance(5.0)
+    backend.poll()
+    assert backend.status().reason == (
+        "GPU 1 (GPU-bbbb) answers again under a new NVML handle; re-initialising."
+    )
+    backend.poll()
+    assert gpu_up(backend) == {"GPU-aaaa": 1.0, "GPU-bbbb": 1.0}
+    assert fake.calls["nvmlInit"] == 2
+    assert backend.gpus()[1].xid_errors_total() == {13: 1.0}
+    fake.xid(1, 13)  # the new event set hears it under its new handle
+    backend.poll()
+    assert backend.gpus()[1].xid_errors_total() == {13: 2.0}
+
+
+def test_pcie_sampling_resumes_after_recovery_without_counting_the_time_lost(
+    fake: FakeNvml, make_backend: Any, clock: FakeClock
+) -> None:
+    fake.gpus[1].pcie_tx_bytes = None
+    fake.gpus[1].pcie_rx_bytes = None
+    backend = make_backend(fake, pcie_sample_interval_s=1.0)
+    gpu1 = backend.gpus()[1]
+    backend.poll()
+    clock.advance(1.0)
+    backend.poll()
+    one_second = (1000 * 1024.0, 3000 * 1024.0)
+    assert gpu1.pcie_bytes_total() == one_second
+    fake.gpus[1].lost = True
+    clock.advance(1.0)
+    backend.poll()  # the sampler finds it lost
+    assert gpu1.pcie_bytes_total() is None
+    fake.gpus[1].lost = False
+    clock.advance(5.0)
+    backend.poll()  # back after 5 s: its first sample only restarts the clock
+    assert gpu1.pcie_bytes_total() == one_second
+    clock.advance(1.0)
+    backend.poll()
+    assert gpu1.pcie_bytes_total() == (2 * one_second[0], 2 * one_second[1])
+
+
+def test_the_background_thread_brings_a_lost_gpu_back(fake: FakeNvml) -> None:
+    # A retry maximum of 10 ms caps the first probe's wait too.
+    backend = NvmlBackend(nvml=fake, retry_initial_s=0.005, retry_max_s=0.01)
+    backend.start()
+    try:
+        gpu1 = backend.gpus()[1]
+        fake.gpus[1].lost = True
+        assert not gpu1.alive()
+        fake.gpus[1].lost = False
+        deadline = time.monotonic() + 5.0
+        while not gpu1.alive() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert gpu1.alive()
+    finally:
+        backend.shutdown()
+    assert fake.calls["nvmlInit"] == 1
 
 
 # Field values.
@@ -601,6 +859,29 @@ def test_pcie_bytes_are_integrated_from_throughput_without_byte_fields(
     assert gpu0.pcie_bytes_total() == (2 * 1000 * 1024.0, 2 * 3000 * 1024.0)
     assert gpu1.pcie_bytes_total() == (5_000_000.0, 9_000_000.0)
     assert fake.calls["nvmlDeviceGetPcieThroughput"] == 4  # two samples of GPU 0 only
+
+
+def test_pcie_bytes_do_not_count_an_nvml_outage(
+    fake: FakeNvml, make_backend: Any, clock: FakeClock
+) -> None:
+    fake.gpus[0].pcie_tx_bytes = None
+    fake.gpus[0].pcie_rx_bytes = None
+    backend = make_backend(fake, pcie_sample_interval_s=1.0)
+    backend.poll()
+    clock.advance(1.0)
+    backend.poll()
+    one_second = (1000 * 1024.0, 3000 * 1024.0)
+    assert backend.gpus()[0].pcie_bytes_total() == one_second
+    fake.driver_error = pynvml.NVML_ERROR_UNINITIALIZED
+    assert backend.gpus()[0].utilization_ratio() is None
+    backend.poll()  # tears down; the re-init fails
+    fake.driver_error = None
+    clock.advance(30.0)
+    backend.poll()  # up again: the first sample of the new session only restarts the clock
+    assert backend.gpus()[0].pcie_bytes_total() == one_second
+    clock.advance(1.0)
+    backend.poll()
+    assert backend.gpus()[0].pcie_bytes_total() == (2 * one_second[0], 2 * one_second[1])
 
 
 def test_clocks_event_reasons_fall_back_to_the_throttle_names(

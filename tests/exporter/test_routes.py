@@ -94,3 +94,13 @@ def test_landing_page_links_every_endpoint(client: TestClient) -> None:
     for link in ("metrics", "api/v1/gpus", "healthz", "readyz"):
         assert f'href="{link}"' in page
     assert "backend nvml: ready" in page
+
+
+def test_metrics_publish_the_configured_run_ttl_and_expected_gpus(backend: StaticBackend) -> None:
+    settings = Settings(run_ttl=45, expected_gpus=2, collectors="device")
+    with TestClient(create_app(settings, backend)) as client:
+        lines = client.get("/metrics").text.splitlines()
+    assert "mirrorwatch_exporter_run_ttl_seconds 45.0" in lines
+    assert "mirrorwatch_exporter_expected_gpus 2.0" in lines
+    assert 'mirrorwatch_exporter_collector_success{collector="device"} 1.0' in lines
+    assert not any('collector="power"' in line for line in lines)

@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 
+from mirrorwatch.exporter.simulate.models import ProfileSpec
 from mirrorwatch.exporter.simulate.profiles import (
     Clamped,
     Constant,
@@ -17,7 +18,6 @@ from mirrorwatch.exporter.simulate.profiles import (
     noise_key,
     standard_normal,
 )
-from mirrorwatch.exporter.simulate.scenario import ProfileSpec
 
 
 def spec(**fields: object) -> ProfileSpec:

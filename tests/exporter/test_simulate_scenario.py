@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import get_args
 
 import pytest
+import yaml
 
-from mirrorwatch.exporter.backend import CLOCKS_EVENT_REASONS
-from mirrorwatch.exporter.simulate.scenario import (
+from mirrorwatch.exporter.simulate.models import (
     EVENT_TYPES,
     WORKLOAD_QUANTITIES,
-    ClocksEventReason,
     Hardware,
+    duration_seconds,
+)
+from mirrorwatch.exporter.simulate.scenario import (
     Scenario,
     ScenarioError,
+    builtin_expected_alerts,
     builtin_scenarios,
     is_path,
     load_scenario,
-    parse_duration,
 )
 
 CONTRACT_BUILTINS = (
@@ -104,10 +105,6 @@ def test_an_unknown_built_in_lists_the_built_ins() -> None:
     )
 
 
-def test_throttle_reason_names_match_the_backend_interface() -> None:
-    assert get_args(ClocksEventReason) == tuple(name for name, _ in CLOCKS_EVENT_REASONS)
-
-
 @pytest.mark.parametrize(
     ("argument", "path"),
     [
@@ -179,16 +176,17 @@ def test_an_event_without_duration_lasts_for_ever(tmp_path: Path) -> None:
         ("1m 30s", 90.0),
         ("250ms", 0.25),
         ("0", 0.0),
+        ("1d", 86400.0),  # every unit of vocabulary.parse_duration, as everywhere else
     ],
 )
 def test_durations_are_seconds_or_suffixed(written: object, seconds: float) -> None:
-    assert parse_duration(written) == seconds
+    assert duration_seconds(written) == seconds
 
 
-@pytest.mark.parametrize("written", ["soon", "5 minutes", "m", "-3s", -1, True, None, [1], "1d"])
+@pytest.mark.parametrize("written", ["soon", "5 minutes", "m", "-3s", -1, True, None, [1], "1x"])
 def test_anything_else_is_not_a_duration(written: object) -> None:
     with pytest.raises(ValueError, match="must be a duration like"):
-        parse_duration(written)
+        duration_seconds(written)
 
 
 # --- mistakes, each one line: file, field, what ---------------------------------------------
@@ -200,7 +198,7 @@ def test_anything_else_is_not_a_duration(written: object) -> None:
         pytest.param(
             "description: d\ncolour: red\n",
             "colour: unknown field; expected one of description, seed, driver_version, gpus, "
-            "workload, overrides, events",
+            "workload, overrides, events, expected_alerts",
             id="unknown-field",
         ),
         pytest.param(
@@ -322,6 +320,30 @@ def test_anything_else_is_not_a_duration(written: object) -> None:
             "gpus.idle_power_watts: must be below power_limit_watts (700)",
             id="idle-above-limit",
         ),
+        pytest.param(
+            "description: d\nexpected_alerts:\n  - {alert: GpuLost, severity: loud}\n",
+            "expected_alerts[0].severity: input should be 'critical', 'warning' or 'info' "
+            "(got 'loud')",
+            id="unknown-severity",
+        ),
+        pytest.param(
+            "description: d\nexpected_alerts:\n  - {alert: gpu lost, severity: critical}\n",
+            "expected_alerts[0].alert: string should match pattern '^[A-Z][A-Za-z0-9]*$' "
+            "(got 'gpu lost')",
+            id="alert-name-not-camel-case",
+        ),
+        pytest.param(
+            "description: d\nexpected_alerts:\n  - {alert: GpuLost}\n",
+            "expected_alerts[0].severity: is required",
+            id="alert-without-severity",
+        ),
+        pytest.param(
+            "description: d\nexpected_alerts:\n"
+            "  - {alert: GpuLost, severity: critical}\n"
+            "  - {alert: GpuLost, severity: critical}\n",
+            "expected_alerts: GpuLost with severity critical is listed twice",
+            id="alert-listed-twice",
+        ),
         pytest.param("- a\n- b\n", "must be a mapping of fields, got a list", id="a-list"),
         pytest.param("", "is empty; give at least a description", id="empty"),
     ],
@@ -378,3 +400,53 @@ def test_the_docs_describe_every_field_quantity_and_event_type() -> None:
     text = DOCS.read_text(encoding="utf-8")
     names = [*Hardware.model_fields, *WORKLOAD_QUANTITIES, *EVENT_TYPES, *Scenario.model_fields]
     assert [name for name in names if f"`{name}`" not in text] == []
+
+
+# --- expected alerts: the files say, the docs and the rules agree ---------------------------
+
+RULES = DOCS.parents[1] / "alerts" / "mirrorwatch.rules.yml"
+
+
+def test_every_built_in_says_what_it_drills() -> None:
+    for name in builtin_scenarios():
+        assert load_scenario(name).expected_alerts is not None, name
+
+
+def test_an_unsaid_expectation_is_none_and_an_empty_one_is_nothing(tmp_path: Path) -> None:
+    assert load_scenario(write(tmp_path, "description: d\n")).expected_alerts is None
+    assert load_scenario("healthy").expected_alerts == []
+
+
+def test_one_alert_may_be_expected_with_two_severities() -> None:
+    xid = [(a.alert, a.severity) for a in builtin_expected_alerts()["xid"]]
+    assert ("GpuXidError", "warning") in xid
+    assert ("GpuXidError", "critical") in xid
+
+
+def documented_drills() -> dict[str, set[tuple[str, str]]]:
+    """The built-ins table of docs/scenarios.md: name -> {(alert, severity)} of its last column."""
+    section = DOCS.read_text().split("## Built-in scenarios", 1)[1].split("\n## ", 1)[0]
+    drills = {}
+    for row in re.findall(r"^\| `([a-z-]+)` \|.*\| (.*?) \|$", section, re.MULTILINE):
+        name, cell = row
+        drills[name] = set(re.findall(r"`([A-Z][A-Za-z0-9]*)` \((critical|warning|info)", cell))
+    return drills
+
+
+def test_the_docs_list_each_built_in_s_expected_alerts_from_its_file() -> None:
+    documented = documented_drills()
+    for name, alerts in builtin_expected_alerts().items():
+        assert documented.get(name) == {(a.alert, a.severity) for a in alerts}, name
+
+
+def test_each_expected_alert_is_a_rule_with_that_severity() -> None:
+    rules = yaml.safe_load(RULES.read_text())
+    defined = {
+        (rule["alert"], rule["labels"]["severity"])
+        for group in rules["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    }
+    for name, alerts in builtin_expected_alerts().items():
+        for expected in alerts:
+            assert (expected.alert, expected.severity) in defined, (name, expected)

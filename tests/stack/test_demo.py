@@ -3,6 +3,7 @@ leaves no process and no port behind."""
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -11,7 +12,10 @@ import threading
 import time
 from pathlib import Path
 
-from demo.stack import REPO, Address, free_port, port_is_free
+from demo.cli import expectation, expected_alerts
+from demo.stack import REPO, free_port, port_is_free
+from mirrorwatch.exporter.simulate.scenario import builtin_scenarios, load_scenario
+from mirrorwatch.exporter.vocabulary import Address
 from tests.e2e.drill import binary
 
 DEADLINE_SECONDS = 90
@@ -120,3 +124,30 @@ def test_demo_refuses_a_busy_port(tmp_path: Path) -> None:
         )
     assert result.returncode == 2
     assert f"port in use: prometheus {addresses['prometheus']}" in result.stderr
+
+
+def test_the_expected_alerts_come_from_the_scenario_files() -> None:
+    table = expected_alerts()
+    assert set(table) == set(builtin_scenarios())
+    assert table["thermal-throttle"] == tuple(
+        alert.alert for alert in load_scenario("thermal-throttle").expected_alerts or ()
+    )
+    assert table["xid"] == ("GpuXidError", "GpuEccUncorrectable")  # two severities, one name
+    assert table["healthy"] == ()
+
+
+def test_the_demo_says_when_each_expected_alert_arrives() -> None:
+    said = expectation("xid")
+    assert re.search(r"GpuXidError after ~[0-9.]+ min \(warning; for: 0 s", said)
+    assert re.search(r"GpuXidError after ~[0-9.]+ min \(critical; for: 0 s", said)
+    assert re.search(r"GpuEccUncorrectable after ~[0-9.]+ min \(critical;", said)
+    assert expectation("healthy").startswith("nothing but Watchdog")
+
+
+def test_a_custom_scenario_may_say_what_it_drills(tmp_path: Path) -> None:
+    unsaid = tmp_path / "unsaid.yaml"
+    unsaid.write_text("description: d\n")
+    assert expectation(str(unsaid)).startswith("a custom scenario")
+    said = tmp_path / "said.yaml"
+    said.write_text("description: d\nexpected_alerts: [{alert: GpuLost, severity: critical}]\n")
+    assert expectation(str(said)).startswith("GpuLost after ~")

@@ -82,12 +82,31 @@ def test_format_shows_state_name_severity_labels_and_summary() -> None:
     assert line.endswith("-- GPU utilisation imbalance in run resnet-a")
 
 
-def test_module_prints_notifications_with_the_standard_library_alone() -> None:
-    """As the compose alert-log service runs it: the exporter image's Python, no site-packages
-    of this project (-S), from a read-only checkout of demo/."""
+def test_the_module_needs_only_the_standard_library_and_mirrorwatch() -> None:
+    """What the exporter image's Python has for the compose alert-log service: the standard
+    library and the mirrorwatch base install, nothing of the test or demo tooling (private
+    names such as __main__ and setuptools' _distutils_hack are the interpreter's own)."""
+    program = (
+        "import sys, demo.receiver\n"
+        "names = {m.split('.')[0] for m in sys.modules if not m.startswith('_')}\n"
+        "print(sorted(names - set(sys.stdlib_module_names)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.strip() == "['demo', 'mirrorwatch']"
+
+
+def test_module_prints_notifications() -> None:
+    """As the compose alert-log service runs it: ``python -m demo.receiver`` from a checkout."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-S", "-m", "demo.receiver", "--listen", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "demo.receiver", "--listen", f"127.0.0.1:{port}"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

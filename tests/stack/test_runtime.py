@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from demo.stack import REPO
+from tests.exporter.exporter_process import free_port
 from tests.stack import dockerfile, images
 from tests.stack import services as stack
 from tests.stack.compose import bind_mounts, host_path, resolved_config
@@ -56,13 +56,6 @@ def image_bins(config: dict[str, Any], tmp_path_factory: pytest.TempPathFactory)
             )
         bins[name] = installed[key]
     return bins
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def rebind(words: list[str], port: int) -> list[str]:

@@ -8,7 +8,6 @@ from mirrorwatch.trainer.devices import (
     bus_ids_from_env,
     gpu_bus_ids,
     match_replicas,
-    normalize_bus_id,
     uuid_resolver,
 )
 
@@ -42,10 +41,9 @@ def test_description_without_bus_id_gives_none() -> None:
 
 
 def test_nvml_and_tensorflow_spellings_normalise_to_the_same_id() -> None:
-    assert normalize_bus_id("00000000:1B:00.0") == "0000:1b:00.0"
-    assert normalize_bus_id("0000:1b:00.0") == "0000:1b:00.0"
-    assert normalize_bus_id("1b:00.0") == "0000:1b:00.0"
-    assert normalize_bus_id("not a bus id") is None
+    value = "00000000:1B:00.0,0000:1b:00.0,1b:00.0,not a bus id"
+    assert bus_ids_from_env(value) == ["0000:1b:00.0"] * 3 + [None]
+    assert uuid_resolver({"00000000:1B:00.0": "GPU-a"})("0000:1b:00.0") == "GPU-a"
 
 
 def test_shuffled_cuda_order_maps_each_replica_to_its_own_gpu() -> None:

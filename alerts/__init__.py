@@ -1,0 +1,1 @@
+"""mirrorwatch's alerts: thresholds, the query catalog and the Prometheus rules built from them."""

@@ -1,0 +1,277 @@
+"""The query catalog: PromQL that the rules, the dashboards and the run report all ask.
+
+Each query is a function of a `Select`, the label matchers every selector of it carries: none
+in the rules (`RULES`), Grafana's variables on a dashboard, one host and run in the report. So
+"memory in use" or "throttled time" is written once and means the same wherever it is read.
+Windows are arguments too: a fixed `5m` in a rule, `$__rate_interval` on a dashboard.
+Plain strings only; nothing here imports Grafana's SDK or talks to a Prometheus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from mirrorwatch.alerts.fragments import num
+
+
+@dataclass(frozen=True)
+class Select:
+    """Builds series selectors that all carry the same label matchers."""
+
+    matchers: tuple[str, ...] = ()
+
+    def __call__(self, metric: str, *more: str) -> str:
+        parts = (*self.matchers, *more)
+        return f"{metric}{{{', '.join(parts)}}}" if parts else metric
+
+    def where(self, *more: str) -> Select:
+        return Select((*self.matchers, *more))
+
+
+RULES = Select()
+
+GPU_KEY = "job, instance, gpu, uuid"
+WORKER_KEY = "job, instance, run, worker"
+
+# --- recording rules (level:metric:operation) ---------------------------------------------------
+
+GPU_UTIL = "instance_gpu:mirrorwatch_gpu_utilization_ratio:avg1m"
+ACTIVE_REPLICA = "instance_run:mirrorwatch_training_replica_info:active"
+RUN_GPU_UTIL = "run_gpu:mirrorwatch_gpu_utilization_ratio:avg1m"
+RUN_UTIL = "run:mirrorwatch_gpu_utilization_ratio:avg1m"
+RUN_SPREAD = "run:mirrorwatch_gpu_utilization_ratio:spread1m"
+RUN_GPU_DEVIATION = "run_gpu:mirrorwatch_gpu_utilization_ratio:deviation1m"
+HOST_SPREAD = "instance:mirrorwatch_gpu_utilization_ratio:spread1m"
+THROTTLE = "instance_gpu:mirrorwatch_gpu_throttle_seconds:rate5m"
+THROUGHPUT = "instance_run:mirrorwatch_training_examples_per_second:sum"
+THROUGHPUT_BASELINE = "instance_run:mirrorwatch_training_examples_per_second:median1h"
+
+# --- clock-event (throttle) reasons ---------------------------------------------------------------
+
+THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown")
+POWER_CAP_REASONS = ("sw_power_cap",)
+HARDWARE_SLOWDOWN_REASONS = ("hw_slowdown", "hw_power_brake_slowdown")
+# The reasons that cost speed; gpu_idle and the display/application settings do not.
+SLOWDOWN_REASONS = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
+
+
+def reasons(names: Sequence[str]) -> str:
+    """A matcher for one of these clock-event reasons."""
+    if len(names) == 1:
+        return f'reason="{names[0]}"'
+    return f'reason=~"{"|".join(names)}"'
+
+
+def throttled_share(violation: str, clock_reasons: Sequence[str]) -> str:
+    """The share of the last 5 minutes each GPU was held back for one cause: from the driver's
+    violation counter (``violation`` reason of THROTTLE), else from how long the matching
+    clock-event reasons were active (GPUs without violation counters)."""
+    counter = RULES(THROTTLE, f'reason="{violation}"')
+    clocks = RULES("mirrorwatch_gpu_clocks_event_active", reasons(clock_reasons))
+    return f"max by ({GPU_KEY}) (\n  {counter}\n  or\n  avg_over_time({clocks}[5m])\n)"
+
+
+# --- generic shapes -----------------------------------------------------------------------------
+
+
+def rate(selector: str, window: str) -> str:
+    return f"rate({selector}[{window}])"
+
+
+def increase(selector: str, window: str) -> str:
+    return f"increase({selector}[{window}])"
+
+
+def spread(series: str, by: str) -> str:
+    """Highest minus lowest of ``series`` per ``by`` group."""
+    return f"max by ({by}) {_grouped(series)} - min by ({by}) {_grouped(series)}"
+
+
+def labels_of_extreme(series: str, by: str, extreme: Literal["min", "max"]) -> str:
+    """Added to a value with one series per ``by`` group, gives it the labels of the group's
+    lowest (or highest) series of ``series``: the lagging GPU of an imbalance, the hottest of a
+    temperature spread. The value itself is unchanged (0 times the series)."""
+    return (
+        f"+ on ({by}) group_right ()\n"
+        "  (\n"
+        "    0 * (\n"
+        f"      {series}\n"
+        f"      == on ({by}) group_left ()\n"
+        f"      {extreme} by ({by}) {_grouped(series)}\n"
+        "    )\n"
+        "  )"
+    )
+
+
+def _grouped(expr: str) -> str:
+    """``expr`` in parentheses, unless one pair already encloses all of it."""
+    depth = 0
+    for i, char in enumerate(expr):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and (i < len(expr) - 1 or char != ")"):
+            return f"({expr})"
+    return expr
+
+
+# --- GPUs ---------------------------------------------------------------------------------------
+
+
+def memory_used_ratio(s: Select) -> str:
+    """Memory in use as a share of the GPU's total, by the driver's count."""
+    return f"{s('mirrorwatch_gpu_memory_used_bytes')} / {s('mirrorwatch_gpu_memory_total_bytes')}"
+
+
+def throttle_fraction(s: Select, window: str) -> str:
+    """Seconds throttled per second: the share of time each reason held the clocks back."""
+    return rate(s("mirrorwatch_gpu_throttle_seconds_total"), window)
+
+
+def energy_kwh_per_hour(s: Select, window: str) -> str:
+    # J/s over an hour, in kWh (3.6e6 J).
+    return rate(s("mirrorwatch_gpu_energy_joules_total"), window) + " * 3600 / 3.6e6"
+
+
+def pcie_link_ratio(s: Select, quantity: Literal["width", "generation"]) -> str:
+    """The PCIe link's width or generation as a share of the most the GPU supports."""
+    metric = f"mirrorwatch_gpu_pcie_link_{quantity}"
+    return f"{s(metric)} / {s(metric + '_max')}"
+
+
+def nvlink_bytes_per_second(
+    s: Select, direction: Literal["transmit", "receive"], window: str
+) -> str:
+    """Payload bytes per second over all NVLink links of each GPU."""
+    traffic = rate(s(f"mirrorwatch_gpu_nvlink_{direction}_bytes_total"), window)
+    return f"sum by (instance, gpu) ({traffic})"
+
+
+def nvlink_errors_per_10m(s: Select, window: str) -> str:
+    """Replay, recovery and CRC errors of each link, as errors per 10 minutes at the current rate
+    (the unit of the GpuNvlinkErrors threshold)."""
+    errors = rate(s("mirrorwatch_gpu_nvlink_errors_total"), window)
+    return f"sum by (instance, gpu, link) ({errors}) * 600"
+
+
+def xid_events(s: Select, window: str, window_seconds: str) -> str:
+    """XID events per window, by GPU and XID, unharmed by scrape gaps.
+
+    increase() counts the rises it sees, across counter resets and gaps alike. What it cannot
+    see, the first event of a new XID series (the exporter creates it at that event) or one
+    just before the window's first sample, the exporter's last-event timestamp shows: such an
+    event counts once. Never `x unless x offset w`: after every scrape gap the offset finds no
+    sample and the whole count is drawn again as new events.
+    """
+    counter = s("mirrorwatch_gpu_xid_errors_total")
+    last_event = s("mirrorwatch_gpu_xid_last_event_timestamp_seconds")
+    return (
+        f"sum by (instance, gpu, xid) ({increase(counter, window)} > 0 "
+        f"or 0 * (time() - {last_event} < {window_seconds}) + 1)"
+    )
+
+
+def slowdown_headroom(s: Select) -> str:
+    """Degrees from each GPU's temperature up to its slowdown threshold."""
+    threshold = s("mirrorwatch_gpu_temperature_threshold_celsius", 'threshold="slowdown"')
+    return f"{threshold} - on ({GPU_KEY}) {s('mirrorwatch_gpu_temperature_celsius')}"
+
+
+def busy_gpus(busy: float) -> str:
+    """Each GPU's 1-minute mean utilisation where it is at least ``busy``."""
+    return f"{GPU_UTIL} >= {num(busy)}"
+
+
+def busy_unassigned(busy: float) -> str:
+    """Busy GPUs that belong to no active run: the host-level balance looks at these."""
+    return f"({busy_gpus(busy)} unless on (job, instance, uuid) {ACTIVE_REPLICA})"
+
+
+def busy_temperature(busy: float) -> str:
+    """The temperature of each busy GPU."""
+    return f"(mirrorwatch_gpu_temperature_celsius and on (job, instance, uuid) {busy_gpus(busy)})"
+
+
+# --- training runs ------------------------------------------------------------------------------
+
+
+def run_gpus(s: Select) -> str:
+    """The (job, instance, uuid) of the GPUs the selected runs report, to filter GPU series."""
+    return f"max by (job, instance, uuid) ({s('mirrorwatch_training_replica_info')})"
+
+
+def of_run(expr: str, runs: Select) -> str:
+    """The GPU series of ``expr`` that belong to the runs ``runs`` selects."""
+    return f"({expr}) and on (job, instance, uuid) {run_gpus(runs)}"
+
+
+def replica_memory() -> str:
+    """The memory each active replica's allocator holds now, with its GPU's labels."""
+    return (
+        'mirrorwatch_training_replica_memory_bytes{kind="current"}'
+        f" * on ({WORKER_KEY}, replica) group_left (gpu, uuid) {ACTIVE_REPLICA}"
+    )
+
+
+def training_runs(s: Select) -> str:
+    """Each run's worker, with its model and strategy, valued 1 while active."""
+    return (
+        f"{s('mirrorwatch_training_info')} * on ({WORKER_KEY}) group_left () "
+        f"{s('mirrorwatch_training_active')}"
+    )
+
+
+def examples_per_second(s: Select) -> str:
+    """Examples per second of each run, summed over its workers, as the callback reports it."""
+    return f"sum by (run) ({s('mirrorwatch_training_examples_per_second')})"
+
+
+def examples_per_second_from_counter(s: Select, window: str) -> str:
+    return f"sum by (run) ({rate(s('mirrorwatch_training_examples_total'), window)})"
+
+
+def steps_per_second(s: Select, window: str) -> str:
+    return f"sum by (run, worker) ({rate(s('mirrorwatch_training_steps_total'), window)})"
+
+
+def step_time_quantile(s: Select, quantile: float, window: str) -> str:
+    buckets = rate(s("mirrorwatch_training_step_duration_seconds_bucket"), window)
+    return f"histogram_quantile({quantile}, sum by (run, le) ({buckets}))"
+
+
+def seconds_since_last_push(s: Select) -> str:
+    last_push = s("mirrorwatch_training_last_push_timestamp_seconds")
+    return f"time() - max by (run, worker) ({last_push})"
+
+
+def replicas(s: Select) -> str:
+    return f"max by (run, worker) ({s('mirrorwatch_training_replicas')})"
+
+
+def run_mean_utilization(run_gpu: Select) -> str:
+    """The mean of the run's per-GPU 1-minute utilisation (GpuUtilizationImbalance's input)."""
+    return f"avg by (run) ({run_gpu(RUN_GPU_UTIL)})"
+
+
+def run_utilization_spread(run_gpu: Select) -> str:
+    return spread(run_gpu(RUN_GPU_UTIL), "run")
+
+
+# --- alerts -------------------------------------------------------------------------------------
+
+
+def firing_alerts(s: Select, *more: str) -> str:
+    return s("ALERTS", 'alertstate="firing"', *more)
+
+
+def run_alerts(host: Select, run_matcher: str) -> str:
+    """Alerts that name the selected run, and alerts on the GPUs the run reports."""
+    own = firing_alerts(host, run_matcher)
+    gpus = run_gpus(host.where(run_matcher))
+    return f"{own} or ({firing_alerts(host)} and on (job, instance, uuid) {gpus})"

@@ -1,0 +1,100 @@
+"""GPU alerts on heat and power: throttling, near slowdown, hardware slowdown, uneven heat."""
+
+from __future__ import annotations
+
+from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts.rules import Alert
+from mirrorwatch.alerts.templates import gpu_value
+from mirrorwatch.alerts.thresholds import Thresholds
+
+TEMPERATURE_NOW = gpu_value("mirrorwatch_gpu_temperature_celsius", "humanize")
+
+
+def alerts(t: Thresholds) -> list[Alert]:
+    busy_temperature = q.busy_temperature(t.busy_utilization_ratio)
+    return [
+        Alert(
+            "GpuThermalThrottling",
+            "warning",
+            "«throttled» > «throttled_fraction»",
+            "GPU {{ $labels.gpu }} of {{ $labels.instance }} is thermally throttled",
+            "«GPU», «RUN_OF_GPU», lowered its clocks for heat «PCT» of the last 5 minutes "
+            "(now at «temperature» °C).",
+            "«PCT»",
+            fragments={
+                "throttled": q.throttled_share("thermal", q.THERMAL_REASONS),
+                "temperature": TEMPERATURE_NOW,
+            },
+        ),
+        Alert(
+            "GpuTemperatureNearSlowdown",
+            "warning",
+            """
+            mirrorwatch_gpu_temperature_celsius
+            >= on (job, instance, gpu, uuid)
+              mirrorwatch_gpu_temperature_threshold_celsius{threshold="slowdown"} - «margin_celsius»
+            """,
+            "GPU {{ $labels.gpu }} of {{ $labels.instance }} is near its slowdown temperature",
+            "«GPU», «RUN_OF_GPU», is at {{ $value | humanize }} °C, within «margin_celsius» °C "
+            "of the slowdown temperature NVML reports («slowdown» °C); past it the GPU lowers "
+            "its clocks.",
+            "{{ $value | humanize }} °C",
+            fragments={
+                "slowdown": gpu_value(
+                    "mirrorwatch_gpu_temperature_threshold_celsius",
+                    "humanize",
+                    'threshold="slowdown"',
+                )
+            },
+        ),
+        Alert(
+            "GpuHardwareSlowdown",
+            "critical",
+            "mirrorwatch_gpu_clocks_event_active{«hardware»} == 1",
+            "GPU {{ $labels.gpu }} of {{ $labels.instance }} is in hardware slowdown",
+            "«GPU», «RUN_OF_GPU», reports {{ $labels.reason }}: the board itself has cut its "
+            "clocks by half or more (SM clock now «sm_clock»Hz).",
+            "{{ $labels.reason }}",
+            fragments={
+                "hardware": q.reasons(q.HARDWARE_SLOWDOWN_REASONS),
+                "sm_clock": gpu_value("mirrorwatch_gpu_clock_hertz", "humanize", 'clock="sm"'),
+            },
+        ),
+        Alert(
+            "GpuPowerCapped",
+            "info",
+            "«throttled» > «throttled_fraction»",
+            "GPU {{ $labels.gpu }} of {{ $labels.instance }} is held back by its power limit",
+            "«GPU», «RUN_OF_GPU», ran at its power limit («limit» W) «PCT» of the last 5 "
+            "minutes (alert above «throttled_fraction:%»).",
+            "«PCT»",
+            fragments={
+                "throttled": q.throttled_share("power", q.POWER_CAP_REASONS),
+                "limit": gpu_value("mirrorwatch_gpu_power_limit_watts", "humanize"),
+            },
+        ),
+        Alert(
+            "GpuTemperatureSpread",
+            "warning",
+            """
+            (
+              max by (job, instance) «busy_temperature»
+              - min by (job, instance) «busy_temperature»
+              > «spread_celsius»
+            )
+            «labels_of_hottest_gpu»
+            """,
+            "Busy GPUs of {{ $labels.instance }} differ in temperature",
+            "The busy GPUs of {{ $labels.instance }} are {{ $value | humanize }} °C apart "
+            "(alert above «spread_celsius» °C); the hottest is «GPU», «RUN_OF_GPU», at "
+            "«temperature» °C.",
+            "{{ $value | humanize }} °C",
+            fragments={
+                "busy_temperature": busy_temperature,
+                "labels_of_hottest_gpu": q.labels_of_extreme(
+                    busy_temperature, "job, instance", "max"
+                ),
+                "temperature": TEMPERATURE_NOW,
+            },
+        ),
+    ]

@@ -1,0 +1,94 @@
+"""GPU alerts on utilisation and memory: an imbalanced run or host, memory nearly full."""
+
+from __future__ import annotations
+
+from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts.rules import Alert
+from mirrorwatch.alerts.templates import gpu_value, value_of
+from mirrorwatch.alerts.thresholds import Thresholds
+
+FULL_SUMMARY = "GPU {{ $labels.gpu }} of {{ $labels.instance }} memory is nearly full"
+
+
+def alerts(t: Thresholds) -> list[Alert]:
+    busy_unassigned = q.busy_unassigned(t.busy_utilization_ratio)
+    replica_memory = {"replica_memory": q.replica_memory()}
+    return [
+        Alert(
+            "GpuUtilizationImbalance",
+            "warning",
+            """
+            (
+              run:mirrorwatch_gpu_utilization_ratio:spread1m > «spread_ratio»
+              and on (run)
+              max by (run) (run_gpu:mirrorwatch_gpu_utilization_ratio:avg1m) >= «busy»
+            )
+            «labels_of_lagging_gpu»
+            """,
+            "GPU utilisation imbalance in run {{ $labels.run }}",
+            "The 1-minute mean utilisation of the GPUs of run {{ $labels.run }} spans «PCT» "
+            "(more than «spread_ratio:%»). «GPU» lags the most, at «lagging»: that replica "
+            "waits on input, on a slower link or on a throttled GPU.",
+            "«PCT»",
+            labels={"scope": "run"},
+            fragments={
+                "labels_of_lagging_gpu": q.labels_of_extreme(q.RUN_GPU_UTIL, "run", "min"),
+                "lagging": value_of(
+                    q.RUN_GPU_UTIL + "{run=%q,uuid=%q}",
+                    args="$labels.run $labels.uuid",
+                    pipe="humanizePercentage",
+                ),
+            },
+        ),
+        Alert(
+            "GpuUtilizationImbalance",
+            "warning",
+            """
+            (instance:mirrorwatch_gpu_utilization_ratio:spread1m > «spread_ratio»)
+            «labels_of_lagging_gpu»
+            """,
+            "GPU utilisation imbalance on {{ $labels.instance }}",
+            "The 1-minute mean utilisation of the busy GPUs of {{ $labels.instance }} that "
+            "report no training run spans «PCT» (more than «spread_ratio:%»). «GPU», "
+            "«RUN_OF_GPU», lags the most, at «lagging».",
+            "«PCT»",
+            labels={"scope": "host"},
+            fragments={
+                "labels_of_lagging_gpu": q.labels_of_extreme(
+                    busy_unassigned, "job, instance", "min"
+                ),
+                "lagging": gpu_value(q.GPU_UTIL, "humanizePercentage"),
+            },
+        ),
+        Alert(
+            "GpuMemoryNearlyFull",
+            "warning",
+            """
+            sum by (job, instance, run, gpu, uuid) (
+              («replica_memory»)
+              / on (job, instance, uuid) group_left (gpu)
+                mirrorwatch_gpu_memory_total_bytes
+            ) > «used_ratio»
+            """,
+            FULL_SUMMARY,
+            "Run {{ $labels.run }} uses «PCT» of the memory of «GPU» by its framework's own "
+            "count (alert above «used_ratio:%»).",
+            "«PCT»",
+            labels={"scope": "run"},
+            fragments=replica_memory,
+        ),
+        Alert(
+            "GpuMemoryNearlyFull",
+            "warning",
+            """
+            «memory_used_ratio» > «used_ratio»
+            unless on (job, instance, uuid)
+              («replica_memory»)
+            """,
+            FULL_SUMMARY,
+            "«GPU», «RUN_OF_GPU», has «PCT» of its memory in use (alert above «used_ratio:%»).",
+            "«PCT»",
+            labels={"scope": "host"},
+            fragments={**replica_memory, "memory_used_ratio": q.memory_used_ratio(q.RULES)},
+        ),
+    ]

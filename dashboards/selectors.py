@@ -1,0 +1,39 @@
+"""What a dashboard's queries select: Grafana's variables as label matchers, and its rate window.
+
+The queries themselves come from the catalog (mirrorwatch.alerts.queries), the same ones the
+rules and the run report ask; a dashboard only says which series: those of the `job` and
+`instance` variables, and of `gpu` and `run` where the panel is about GPUs or a run.
+"""
+
+from __future__ import annotations
+
+from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts.queries import Select
+
+# Every selector carries job and instance (the dashboard linter's rule).
+HOST = Select(('job=~"$job"', 'instance=~"$instance"'))
+GPU = HOST.where('gpu=~"$gpu"')
+RUN = HOST.where('run=~"$run"')
+RUN_GPU = GPU.where('run=~"$run"')
+RUN_MATCHER = 'run=~"$run"'
+
+# Grafana's window for rate(): four scrape intervals at least (the data source's timeInterval).
+RATE_INTERVAL = "$__rate_interval"
+RATE_INTERVAL_SECONDS = "$__rate_interval_ms / 1000"
+
+
+def rate(selector: str) -> str:
+    return q.rate(selector, RATE_INTERVAL)
+
+
+def increase(selector: str) -> str:
+    return q.increase(selector, RATE_INTERVAL)
+
+
+def of_run(expr: str) -> str:
+    """Keep the GPU series of ``expr`` that belong to the selected run."""
+    return q.of_run(expr, RUN)
+
+
+def firing_alerts() -> str:
+    return q.firing_alerts(HOST)

@@ -1,0 +1,47 @@
+"""mirrorwatch.alerts.queries: one catalog of PromQL, its selectors chosen by the reader."""
+
+from __future__ import annotations
+
+from mirrorwatch.alerts import queries as q
+from tests.alerts.tools import alert_rules
+
+
+def test_a_select_adds_its_matchers_to_every_selector() -> None:
+    host = q.Select(('instance="h1:9848"',))
+    assert host("mirrorwatch_up") == 'mirrorwatch_up{instance="h1:9848"}'
+    assert host.where('gpu="0"')("m", 'clock="sm"') == 'm{instance="h1:9848", gpu="0", clock="sm"}'
+    assert q.RULES("mirrorwatch_up") == "mirrorwatch_up"
+
+
+def test_the_same_query_serves_rules_and_dashboards() -> None:
+    grafana = q.Select(('job=~"$job"',))
+    assert q.memory_used_ratio(q.RULES) == (
+        "mirrorwatch_gpu_memory_used_bytes / mirrorwatch_gpu_memory_total_bytes"
+    )
+    assert q.memory_used_ratio(grafana) == (
+        'mirrorwatch_gpu_memory_used_bytes{job=~"$job"} / '
+        'mirrorwatch_gpu_memory_total_bytes{job=~"$job"}'
+    )
+
+
+def test_one_reason_is_an_equality_several_a_regex() -> None:
+    assert q.reasons(q.POWER_CAP_REASONS) == 'reason="sw_power_cap"'
+    assert q.reasons(q.THERMAL_REASONS) == 'reason=~"sw_thermal_slowdown|hw_thermal_slowdown"'
+
+
+def test_spread_parenthesises_only_what_needs_it() -> None:
+    assert q.spread("x", "run") == "max by (run) (x) - min by (run) (x)"
+    assert q.spread("(a and b)", "run") == "max by (run) (a and b) - min by (run) (a and b)"
+    assert q.spread("(a) and (b)", "run") == (
+        "max by (run) ((a) and (b)) - min by (run) ((a) and (b))"
+    )
+
+
+def test_the_lagging_gpu_fragment_is_written_once_and_used_by_three_alerts() -> None:
+    uses = [r["alert"] for r in alert_rules() if "group_right ()" in r["expr"]]
+    assert sorted(uses) == sorted(
+        ["GpuUtilizationImbalance", "GpuUtilizationImbalance", "GpuTemperatureSpread"]
+    )
+    fragment = q.labels_of_extreme("s", "run", "min")
+    assert fragment.splitlines()[0] == "+ on (run) group_right ()"
+    assert "min by (run) (s)" in fragment

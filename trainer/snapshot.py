@@ -1,0 +1,221 @@
+"""One worker's training snapshot (schema 1), built on the pusher thread from what was counted.
+
+The callback's hooks only count (meter.py) and say what the job is; everything else a push
+carries is found and computed here, off the training thread: each replica's GPU and memory,
+throughput over a recent window, the scaling result. Neither Keras nor TensorFlow is imported
+here: the devices are asked through a probe, TensorFlow's (tf_devices) unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from mirrorwatch.exporter.ingest.schema import Replica, Scaling, StepDurations, TrainingSnapshot
+from mirrorwatch.trainer import devices, tf_devices
+from mirrorwatch.trainer.meter import StepMeter
+
+MEMORY_SAMPLE_SECONDS = 5.0
+THROUGHPUT_WINDOW_SECONDS = 30.0
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
+
+
+class DeviceProbe(Protocol):
+    """What TensorFlow and NVML say about the devices (the tf_devices module is one)."""
+
+    def gpu_descriptions(self) -> tuple[list[tuple[str, str]], list[int]]: ...
+
+    def nvml_uuids(self, bus_ids: Sequence[str]) -> dict[str, str]: ...
+
+    def memory_bytes(self, device: str) -> tuple[float, float] | None: ...
+
+
+def short_text(value: object) -> str | None:
+    """``value`` as the schema's short text (printable ASCII, at most 128), or None if empty."""
+    text = _UNPRINTABLE.sub("", str(value))[:128].strip()
+    return text or None
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the training job is, as known at train begin."""
+
+    model: str | None = None
+    strategy: str | None = None
+    devices: tuple[str, ...] = ()  # the strategy's replica devices, in replica order
+    global_batch_size: int | None = None
+
+    @property
+    def replicas(self) -> int:
+        return max(1, len(self.devices))
+
+
+class SnapshotBuilder:
+    """Builds the snapshot of push number ``sequence`` from ``meter``'s counts and the job.
+
+    :meth:`describe_job` runs on the training thread; everything else on the pusher thread.
+    ``clock`` (monotonic seconds) paces memory samples and the throughput window.
+    """
+
+    def __init__(
+        self,
+        meter: StepMeter,
+        session: str,
+        global_batch_size: int | None = None,
+        probe: DeviceProbe = tf_devices,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.session = session
+        self._meter = meter
+        self._probe = probe
+        self._clock = clock
+        self._job = Job(global_batch_size=global_batch_size)
+        self._job_lock = threading.Lock()
+        self._replicas: list[devices.ReplicaDevice] = []
+        self._memory: dict[int, tuple[float, float]] = {}
+        self._memory_sampled = float("-inf")
+        self._throughput_samples: deque[tuple[float, int, float]] = deque()
+        self._examples_per_second: float | None = None
+        self._scaling_baseline: float | None = None
+
+    @property
+    def job(self) -> Job:
+        with self._job_lock:
+            return self._job
+
+    def describe_job(
+        self, model: object, strategy: object, replica_devices: Sequence[str], batch_size: object
+    ) -> None:
+        """What a fit trains: its model and strategy names, replica devices, and the batch size
+        Keras reports (used only while no global batch size is known)."""
+        with self._job_lock:
+            known = self._job.global_batch_size
+            if known is None and isinstance(batch_size, int) and batch_size > 0:
+                known = batch_size
+            self._job = Job(short_text(model), short_text(strategy), tuple(replica_devices), known)
+
+    def set_scaling_baseline(self, examples_per_second: float) -> None:
+        """Throughput of the same job on one replica: the snapshots then carry the speedup."""
+        self._scaling_baseline = float(examples_per_second)
+
+    def steady_examples_per_second(self) -> float | None:
+        """Examples/s over all measured steps (first step, evaluation excluded), if known."""
+        reading = self._meter.read()
+        batch_size = self.job.global_batch_size
+        if batch_size is None or reading.measured_seconds <= 0:
+            return None
+        return reading.measured_steps * batch_size / reading.measured_seconds
+
+    def find_gpus(self) -> None:
+        """Map the replicas to GPUs by PCI bus id, and to NVML UUIDs where NVML knows them.
+
+        Once per training, off the training thread. The environment's bus ids are in place at
+        once, before TensorFlow's slower device listing answers.
+        """
+        job_devices = self.job.devices
+        overrides = devices.bus_ids_from_env(os.environ.get(devices.REPLICA_PCI_BUS_IDS_ENV))
+        self._replicas = devices.match_replicas(job_devices, {}, None, overrides)
+        descriptions, per_physical = self._probe.gpu_descriptions()
+        by_index = devices.gpu_bus_ids(descriptions, per_physical)
+        replicas = devices.match_replicas(job_devices, by_index, None, overrides)
+        bus_ids = [replica.pci_bus_id for replica in replicas if replica.pci_bus_id]
+        uuids = self._probe.nvml_uuids(bus_ids)
+        self._replicas = devices.match_replicas(job_devices, by_index, uuids.get, overrides)
+
+    def build(self, active: bool, sequence: int, dropped: int) -> TrainingSnapshot:
+        """The full cumulative snapshot of push ``sequence``, ``dropped`` pushes given up on."""
+        job = self.job
+        self._sample_memory()
+        reading = self._meter.read()
+        self._window_throughput(job, reading.measured_steps, reading.measured_seconds)
+        batch_size = job.global_batch_size
+        return TrainingSnapshot(
+            schema=1,
+            session=self.session,
+            sequence=sequence,
+            active=active,
+            model=job.model,
+            strategy=job.strategy,
+            replicas=job.replicas,
+            global_batch_size=batch_size,
+            steps_total=reading.steps_total,
+            examples_total=None if batch_size is None else reading.steps_total * batch_size,
+            step_duration_seconds=StepDurations(
+                bucket_counts=list(reading.bucket_counts),
+                count=reading.duration_count,
+                sum_seconds=reading.duration_sum_seconds,
+            ),
+            examples_per_second=self._examples_per_second,
+            epoch=reading.epoch,
+            loss=reading.loss,
+            replica_devices=[self._replica(replica) for replica in self._replicas],
+            scaling=self._scaling(job),
+            telemetry_dropped_total=dropped,
+        )
+
+    def body(self, active: bool, sequence: int, dropped: int) -> bytes:
+        """:meth:`build` as the JSON the exporter takes (the pusher's ``build_body``)."""
+        snapshot = self.build(active, sequence, dropped)
+        return snapshot.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+    def _replica(self, replica: devices.ReplicaDevice) -> Replica:
+        current, peak = self._memory.get(replica.replica, (None, None))
+        return Replica(
+            replica=replica.replica,
+            device=replica.device[:256],
+            uuid=replica.uuid,
+            pci_bus_id=replica.pci_bus_id,
+            memory_current_bytes=current,
+            memory_peak_bytes=peak,
+        )
+
+    def _sample_memory(self) -> None:
+        now = self._clock()
+        if now - self._memory_sampled < MEMORY_SAMPLE_SECONDS:
+            return
+        self._memory_sampled = now
+        for replica in self._replicas:
+            kind_index = devices.device_kind_and_index(replica.device)
+            if kind_index is None or kind_index[0] != "GPU":
+                continue  # TensorFlow reports zeros for CPUs: absent, not 0
+            sample = self._probe.memory_bytes(f"GPU:{kind_index[1]}")
+            if sample is not None:
+                self._memory[replica.replica] = sample
+
+    def _window_throughput(self, job: Job, measured_steps: int, measured_seconds: float) -> None:
+        """Examples/s over the last THROUGHPUT_WINDOW_SECONDS of pushes (since the first)."""
+        if job.global_batch_size is None:
+            return
+        samples = self._throughput_samples
+        now = self._clock()
+        while samples and now - samples[0][0] > THROUGHPUT_WINDOW_SECONDS:
+            samples.popleft()
+        if samples:
+            _, steps_then, seconds_then = samples[0]
+        else:
+            steps_then, seconds_then = 0, 0.0
+        if measured_seconds - seconds_then > 0 and measured_steps > steps_then:
+            rate = (measured_steps - steps_then) * job.global_batch_size
+            self._examples_per_second = rate / (measured_seconds - seconds_then)
+        samples.append((now, measured_steps, measured_seconds))
+
+    def _scaling(self, job: Job) -> Scaling | None:
+        baseline = self._scaling_baseline
+        throughput = self.steady_examples_per_second()
+        if not baseline or not throughput:
+            return None
+        speedup = throughput / baseline
+        if not (0 < speedup <= 1024 and 0 < speedup / job.replicas <= 2):
+            return None  # outside what the schema takes: no scaling this push
+        return Scaling(
+            speedup=speedup,
+            efficiency_ratio=speedup / job.replicas,
+            baseline_examples_per_second=baseline,
+            examples_per_second=throughput,
+        )
