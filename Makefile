@@ -11,8 +11,12 @@ EXPORTER_LISTEN ?= 127.0.0.1:9848
 PROMETHEUS_LISTEN ?= 127.0.0.1:9090
 ALERTMANAGER_LISTEN ?= 127.0.0.1:9093
 RECEIVER_LISTEN ?= 127.0.0.1:9095
+# The demo's run id (demo/cli.py names it after the scenario) and where `make report` writes.
+RUN ?= demo-$(basename $(notdir $(SCENARIO)))
+REPORT_OUT ?= build/demo/report
+SINCE ?= 1h
 
-.PHONY: setup tools install test lint typecheck pytest bench demo alerts dashboards clean
+.PHONY: setup tools install test lint typecheck pytest bench demo report alerts dashboards clean
 
 ## setup: the virtual environment with the project and its test tools, plus promtool/amtool
 setup: install tools
@@ -27,8 +31,9 @@ $(VENV)/.deps: pyproject.toml
 install: $(VENV)/.deps
 	$(PIP) install --no-deps -e . --config-settings editable_mode=strict
 
-## tools: Prometheus, Alertmanager (with promtool, amtool) and docker-compose from Debian, when
-## missing. docker-compose (v1, Python) only validates docker-compose.yml here: no Docker engine.
+## tools: Prometheus, Alertmanager (with promtool, amtool), docker-compose and chromium from
+## Debian, when missing. docker-compose (v1, Python) only validates docker-compose.yml here: no
+## Docker engine. Chromium renders the run report in tests/report.
 tools:
 	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null \
 	    || ! command -v prometheus >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
@@ -36,6 +41,11 @@ tools:
 	  echo "installing Debian packages prometheus, prometheus-alertmanager and docker-compose"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends prometheus prometheus-alertmanager docker-compose >/dev/null; \
+	fi
+	@if ! command -v chromium >/dev/null; then \
+	  echo "installing Debian package chromium"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends chromium >/dev/null; \
 	fi
 
 ## test: lint, type checks and every test (CI runs this)
@@ -46,7 +56,8 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 typecheck: install
-	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer -p mirrorwatch.alerts
+	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer -p mirrorwatch.alerts \
+	  -p mirrorwatch.report
 	$(VENV)/bin/mypy tests bench dashboards demo
 
 pytest: install tools
@@ -72,6 +83,12 @@ demo: install tools
 	$(PY) -m demo --scenario $(SCENARIO) --exporter $(EXPORTER_LISTEN) \
 	  --prometheus $(PROMETHEUS_LISTEN) --alertmanager $(ALERTMANAGER_LISTEN) \
 	  --receiver $(RECEIVER_LISTEN)
+
+## report: the run report of the demo's run, from the demo's Prometheus (while `make demo` runs;
+## RUN=, SINCE= and REPORT_OUT= change what and where)
+report: install
+	$(VENV)/bin/mirrorwatch-report --prometheus http://$(PROMETHEUS_LISTEN) --run $(RUN) \
+	  --since $(SINCE) --out $(REPORT_OUT)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

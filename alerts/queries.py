@@ -275,3 +275,125 @@ def run_alerts(host: Select, run_matcher: str) -> str:
     own = firing_alerts(host, run_matcher)
     gpus = run_gpus(host.where(run_matcher))
     return f"{own} or ({firing_alerts(host)} and on (job, instance, uuid) {gpus})"
+
+
+# --- the run report: one range [end - window, end], asked at its end ----------------------------
+# Each function gives an instant query that, evaluated at the range's end, holds one figure of
+# the whole range; the run report shows it beside the number so that anyone can ask again.
+
+
+def range_mean(expr: str, window: str, step: str) -> str:
+    """The mean of ``expr`` over the range, sampled every ``step`` (a subquery)."""
+    return f"avg_over_time(({expr})[{window}:{step}])"
+
+
+def range_min(expr: str, window: str, step: str) -> str:
+    return f"min_over_time(({expr})[{window}:{step}])"
+
+
+def range_max(expr: str, window: str, step: str) -> str:
+    return f"max_over_time(({expr})[{window}:{step}])"
+
+
+def held_share(condition: str, window: str, step: str, steps: int) -> str:
+    """The share of the range's ``steps`` sampling points at which ``condition`` (a filter: a
+    series where it holds, none where not) held: the `share` of a report finding."""
+    return f"count_over_time(({condition})[{window}:{step}]) / {steps}"
+
+
+def gpu_utilization_mean(s: Select, window: str) -> str:
+    """Each GPU's mean utilisation over ``window`` (the GPU_UTIL rule's expression at 1m)."""
+    return f"avg_over_time({s('mirrorwatch_gpu_utilization_ratio')}[{window}])"
+
+
+def gpu_utilization_spread(s: Select, window: str) -> str:
+    """Highest minus lowest ``window``-mean utilisation of the selected GPUs of each host,
+    rounded like the spread rules."""
+    return f"round({spread(gpu_utilization_mean(s, window), 'instance')}, 0.0001)"
+
+
+def gpu_utilization_deviation(s: Select, window: str) -> str:
+    """Each GPU's ``window``-mean utilisation minus the mean over the selected GPUs."""
+    mean = gpu_utilization_mean(s, window)
+    return f"{mean} - on (instance) group_left () avg by (instance) ({mean})"
+
+
+def clock_events(s: Select, clock_reasons: Sequence[str]) -> str:
+    """1 for each GPU and clock-event reason of ``clock_reasons`` while it is active."""
+    return f"{s('mirrorwatch_gpu_clocks_event_active', reasons(clock_reasons))} == 1"
+
+
+def throttled_now(s: Select, violation: str, clock_reasons: Sequence[str]) -> str:
+    """The GPUs held back for one cause at each moment: one of its clock-event reasons active,
+    or its violation counter grown since the scrape before."""
+    counter = s("mirrorwatch_gpu_throttle_seconds_total", f'reason="{violation}"')
+    return (
+        f"max by ({GPU_KEY}) (\n  {clock_events(s, clock_reasons)}\n  or\n"
+        f"  irate({counter}[1m]) > 0\n)"
+    )
+
+
+def throttled_seconds(s: Select, violation: str, window: str) -> str:
+    """Seconds the driver counted a GPU held back for one cause over ``window``."""
+    counter = s("mirrorwatch_gpu_throttle_seconds_total", f'reason="{violation}"')
+    return f"sum by ({GPU_KEY}) ({increase(counter, window)})"
+
+
+def near_slowdown(s: Select, margin_celsius: float) -> str:
+    """Each GPU whose temperature is within ``margin_celsius`` of its slowdown threshold."""
+    return f"{slowdown_headroom(s)} <= {num(margin_celsius)}"
+
+
+def pcie_link_degraded(s: Select, busy: float) -> str:
+    """Each busy GPU whose PCIe link runs below its widest or fastest."""
+    width = f"{s('mirrorwatch_gpu_pcie_link_width')} < {s('mirrorwatch_gpu_pcie_link_width_max')}"
+    generation = (
+        f"{s('mirrorwatch_gpu_pcie_link_generation')}"
+        f" < {s('mirrorwatch_gpu_pcie_link_generation_max')}"
+    )
+    return (
+        f"(({width}) or ({generation}))\n"
+        f"and on (instance, uuid) {gpu_utilization_mean(s, '1m')} >= {num(busy)}"
+    )
+
+
+def p2p_links(s: Select, window: str) -> str:
+    """How each selected GPU reaches each peer, as the exporter saw it during ``window``."""
+    return (
+        "max by (instance, gpu, peer_gpu, link) "
+        f"(max_over_time({s('mirrorwatch_gpu_p2p_link_info')}[{window}]))"
+    )
+
+
+def nvlink_down(s: Select) -> str:
+    return f"{s('mirrorwatch_gpu_nvlink_up')} == 0"
+
+
+def gpu_lost(s: Select) -> str:
+    return f"{s('mirrorwatch_gpu_up')} == 0"
+
+
+def ecc_uncorrected(s: Select, window: str) -> str:
+    """Uncorrectable ECC errors counted during ``window``, where there were any."""
+    counter = s("mirrorwatch_gpu_ecc_errors_total", 'type="uncorrected"')
+    return f"sum by (instance, gpu) ({increase(counter, window)}) > 0"
+
+
+def all_gpus_below(s: Select, window: str, ratio: float) -> str:
+    """Each host at moments when even its busiest selected GPU is below ``ratio`` busy."""
+    return f"max by (instance) ({gpu_utilization_mean(s, window)}) < {num(ratio)}"
+
+
+def training_steps(s: Select, window: str) -> str:
+    """The run's steps so far (the counters are running totals since the run started)."""
+    return f"sum by (run) (max_over_time({s('mirrorwatch_training_steps_total')}[{window}]))"
+
+
+def scaling(s: Select, metric: Literal["speedup", "efficiency_ratio"], window: str) -> str:
+    """The run's mean speed-up or scaling efficiency over ``window``, as the trainer reports."""
+    return f"avg by (run) (avg_over_time({s(f'mirrorwatch_training_scaling_{metric}')}[{window}]))"
+
+
+def push_silence(s: Select) -> str:
+    """Seconds since each worker's last push, at each moment."""
+    return seconds_since_last_push(s)

@@ -44,6 +44,9 @@ from mirrorwatch.exporter.simulate.scenario import (
     load_scenario,
 )
 from mirrorwatch.exporter.vocabulary import Address, parse_prometheus_duration
+from mirrorwatch.report.cli import write_report
+from mirrorwatch.report.prometheus import PrometheusError
+from mirrorwatch.report.scope import ScopeError
 
 # Demo-only: scrape and evaluate every 5 s rather than the stack's 15 s, so the dashboards and
 # Prometheus's alert page move quickly, and alerts are re-sent to Alertmanager as often, so the
@@ -104,6 +107,24 @@ def expectation(scenario: str) -> str:
     return "; ".join(parts) + " -- plus the scenario's own start (docs/scenarios.md)."
 
 
+def demo_run(scenario: str) -> str:
+    """The run id the demo's trainer reports (`make report` finds it by the same rule)."""
+    return f"demo-{Path(scenario).stem}"
+
+
+def report_on(args: argparse.Namespace, workdir: Path, since: float) -> None:
+    """Write the run report of what the demo ran, while its Prometheus still answers."""
+    run, instance = (None, str(args.exporter)) if args.no_train else (demo_run(args.scenario), None)
+    try:
+        page = write_report(
+            args.prometheus.url, run, instance, since, time.time(), workdir / "report"
+        )
+    except (PrometheusError, ScopeError, OSError) as error:
+        print(f"demo: no run report: {str(error).splitlines()[0]}", flush=True)
+        return
+    print(f"demo: run report: {page}", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     prometheus_bin = find_binary("prometheus")
@@ -146,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_notification(notification), flush=True)
 
     receiver = Receiver(args.receiver.host, args.receiver.port, on_notification=show)
+    began = time.time()
     try:
         with receiver, Processes() as processes:
             try:
@@ -153,7 +175,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 trainer = next((p for p in processes.started if p.name == "trainer"), None)
                 return watch(core, trainer)
             except KeyboardInterrupt:
-                print("\ndemo: stopping ...", flush=True)
+                # A second Ctrl-C must not cut the report or the cleanup short.
+                for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                    signal.signal(signum, signal.SIG_IGN)
+                print("\ndemo: writing the run report ...", flush=True)
+                report_on(args, workdir, began)
+                print("demo: stopping ...", flush=True)
                 return 0
             finally:
                 # A second Ctrl-C must not cut the cleanup short and leave processes behind.
@@ -177,7 +204,7 @@ def start(
     exporter = processes.start(
         exporter_process(workdir, args.scenario, args.exporter), f"{args.exporter.url}/readyz"
     )
-    run = f"demo-{Path(args.scenario).stem}"
+    run = demo_run(args.scenario)
     if not args.no_train:
         processes.start(trainer_process(workdir, args.exporter.url, run))
     alertmanager = processes.start(

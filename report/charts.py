@@ -1,0 +1,248 @@
+"""The report's charts: which series each shows, asked over the range as the findings were."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts.fragments import num
+from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.report.prometheus import Prometheus, Series
+from mirrorwatch.report.scope import Scope
+from mirrorwatch.report.svg import Band, Line, Plot, Row, legend, line_chart, spans, timeline
+
+
+@dataclass
+class Chart:
+    name: str
+    title: str
+    description: str
+    queries: list[str] = field(default_factory=list)
+    svg: str = ""
+    key: str = ""
+    lines: list[Line] = field(default_factory=list)
+    bands: list[Band] = field(default_factory=list)
+
+
+def _gpu(series: Series) -> str:
+    return f"GPU {series.label('gpu')}"
+
+
+class Charts:
+    """Draws each chart of a scope from range queries (one point per scope step)."""
+
+    def __init__(self, prometheus: Prometheus, scope: Scope, t: Thresholds) -> None:
+        self.prometheus = prometheus
+        self.scope = scope
+        self.t = t
+        # Rates over at least a minute, and at least four sampling steps.
+        self.rate_window = f"{max(60, 4 * scope.step)}s"
+
+    def _range(self, chart: Chart, query: str) -> list[Series]:
+        chart.queries.append(query)
+        s = self.scope
+        return sorted(
+            self.prometheus.range(query, s.start, s.end, s.step),
+            key=lambda x: (x.label("instance"), x.label("gpu"), x.label("reason")),
+        )
+
+    def _lines(
+        self,
+        name: str,
+        title: str,
+        description: str,
+        unit: str,
+        series: list[tuple[str, Callable[[Series], str], bool]],
+        bands: Callable[[Chart], list[Band]] | None = None,
+    ) -> Chart:
+        chart = Chart(name, title, description)
+        for query, label, reference in series:
+            chart.lines += [Line(label(s), s.points, reference) for s in self._range(chart, query)]
+        if bands is not None:
+            chart.bands = bands(chart)
+        return self._draw(chart, unit)
+
+    def _draw(self, chart: Chart, unit: str) -> Chart:
+        plot = Plot(self.scope.start, self.scope.end, unit, chart.lines, chart.bands)
+        chart.svg, chart.key = line_chart(chart.name, plot), legend(plot.lines, plot.bands)
+        return chart
+
+    def all(self) -> dict[str, Chart]:
+        makers = (
+            self.utilization,
+            self.spread,
+            self.throttle,
+            self.temperature,
+            self.clocks,
+            self.pcie,
+            self.throughput,
+            self.step_time,
+            self.alerts,
+        )
+        return {chart.name: chart for chart in (make() for make in makers)}
+
+    def utilization(self) -> Chart:
+        sel, limit = self.scope.gpus_select, self.t.GpuUtilizationImbalance.spread_ratio
+        mean = f"avg by (instance) ({q.gpu_utilization_mean(sel, '1m')})"
+
+        def band(chart: Chart) -> list[Band]:
+            return [
+                Band(
+                    f"run mean ±{limit * 100:g} pp",
+                    [(t, v - limit) for t, v in s.points],
+                    [(t, v + limit) for t, v in s.points],
+                )
+                for s in self._range(chart, mean)
+            ]
+
+        return self._lines(
+            "utilization",
+            "Utilisation of each GPU against the run mean",
+            f"1-minute mean utilisation; the band is the mean ±{limit * 100:g} percentage points.",
+            "ratio",
+            [(q.gpu_utilization_mean(sel, "1m"), _gpu, False)],
+            band,
+        )
+
+    def spread(self) -> Chart:
+        sel, limit = self.scope.gpus_select, self.t.GpuUtilizationImbalance.spread_ratio
+        threshold = f"{q.gpu_utilization_spread(sel, '1m')} * 0 + {num(limit)}"
+        return self._lines(
+            "spread",
+            "Utilisation spread against the threshold",
+            "Busiest minus least busy GPU (1-minute means); dashed: GpuUtilizationImbalance's "
+            f"{limit * 100:g} points.",
+            "ratio",
+            [
+                (q.gpu_utilization_spread(sel, "1m"), lambda s: "spread", False),
+                (threshold, lambda s: "threshold", True),
+            ],
+        )
+
+    def temperature(self) -> Chart:
+        sel = self.scope.gpus_select
+        slowdown = sel("mirrorwatch_gpu_temperature_threshold_celsius", 'threshold="slowdown"')
+        return self._lines(
+            "temperature",
+            "Temperature against the slowdown threshold",
+            "Each GPU's temperature; dashed: the slowdown temperature NVML reports for it.",
+            "celsius",
+            [
+                (sel("mirrorwatch_gpu_temperature_celsius"), _gpu, False),
+                (slowdown, lambda s: f"GPU {s.label('gpu')} slowdown", True),
+            ],
+        )
+
+    def clocks(self) -> Chart:
+        sel = self.scope.gpus_select
+        return self._lines(
+            "clocks",
+            "SM clocks",
+            "Each GPU's SM clock; dashed: its maximum.",
+            "hertz",
+            [
+                (sel("mirrorwatch_gpu_clock_hertz", 'clock="sm"'), _gpu, False),
+                (
+                    sel("mirrorwatch_gpu_clock_max_hertz", 'clock="sm"'),
+                    lambda s: f"GPU {s.label('gpu')} max",
+                    True,
+                ),
+            ],
+        )
+
+    def pcie(self) -> Chart:
+        sel = self.scope.gpus_select
+        return self._lines(
+            "pcie",
+            "PCIe link width against its maximum",
+            "Lanes each GPU's link trained at; dashed: the most it supports.",
+            "lanes",
+            [
+                (sel("mirrorwatch_gpu_pcie_link_width"), _gpu, False),
+                (
+                    sel("mirrorwatch_gpu_pcie_link_width_max"),
+                    lambda s: f"GPU {s.label('gpu')} max",
+                    True,
+                ),
+            ],
+        )
+
+    def throughput(self) -> Chart:
+        run, s = self.scope.run_select, self.scope
+        chart = self._lines(
+            "throughput",
+            "Examples per second",
+            "As the trainer reports it; dashed: the mean over the range, from its example counter.",
+            "per_second",
+            [(q.examples_per_second(run), lambda s: "reported", False)],
+        )
+        # A rate over a sliding window understates the run's first minute: the range's own
+        # mean (the headline's figure) is the fairer reference.
+        mean_query = q.examples_per_second_from_counter(run, s.window)
+        chart.queries.append(mean_query)
+        answer = self.prometheus.instant(mean_query, s.end)
+        if answer and chart.lines:
+            mean = answer[0].value
+            chart.lines.append(Line("mean over the range", [(s.start, mean), (s.end, mean)], True))
+            self._draw(chart, "per_second")
+        return chart
+
+    def step_time(self) -> Chart:
+        run = self.scope.run_select
+        return self._lines(
+            "step_time",
+            "Step time",
+            f"Median and 90th percentile over {self.rate_window}, from the step histogram.",
+            "seconds",
+            [
+                (q.step_time_quantile(run, 0.5, self.rate_window), lambda s: "median", False),
+                (q.step_time_quantile(run, 0.9, self.rate_window), lambda s: "p90", False),
+            ],
+        )
+
+    def _timeline(self, chart: Chart, rows: list[Row], empty: str) -> Chart:
+        s = self.scope
+        chart.svg = timeline(chart.name, rows, s.start, s.end, empty)
+        return chart
+
+    def throttle(self) -> Chart:
+        chart = Chart(
+            "throttle",
+            "Throttle reasons over time",
+            "Bars where a clock-event reason that costs speed was active, per GPU and cause.",
+        )
+        sel = self.scope.gpus_select
+        causes = (
+            ("thermal", q.THERMAL_REASONS),
+            ("power cap", q.POWER_CAP_REASONS),
+            ("hardware", q.HARDWARE_SLOWDOWN_REASONS),
+        )
+        rows = []
+        for cause, clock_reasons in causes:
+            query = (
+                f"max by (instance, gpu) "
+                f"({sel('mirrorwatch_gpu_clocks_event_active', q.reasons(clock_reasons))})"
+            )
+            for series in self._range(chart, query):
+                rows.append(Row(f"{_gpu(series)} {cause}", spans(series.points, self.scope.step)))
+        rows.sort(key=lambda r: r.label)
+        return self._timeline(chart, rows, "no throttling in this range")
+
+    def alerts(self) -> Chart:
+        chart = Chart(
+            "alerts",
+            "Alerts that fired",
+            "Firing alerts on the run or its GPUs; Watchdog shows the alerting pipeline was up.",
+        )
+        s = self.scope
+        own = q.run_alerts(s.host, f'run="{s.run}"') if s.run else q.firing_alerts(s.host)
+        watchdog = q.firing_alerts(q.RULES, 'alertname="Watchdog"')
+        query = f"{own} or {watchdog}"
+        rows = []
+        for series in self._range(chart, query):
+            gpu = series.label("gpu")
+            label = series.label("alertname") + (f" (GPU {gpu})" if gpu else "")
+            rows.append(Row(label, spans(series.points, s.step)))
+        rows.sort(key=lambda r: (r.label == "Watchdog", r.label))
+        return self._timeline(chart, rows, "no alert fired in this range")

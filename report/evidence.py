@@ -1,0 +1,134 @@
+"""Findings and their evidence: every figure carries the PromQL query and time that gave it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mirrorwatch.report.prometheus import Prometheus
+from mirrorwatch.report.scope import Scope
+
+RUNBOOK = "docs/runbook.md"
+KINDS = (
+    "imbalance",
+    "thermal_throttling",
+    "power_capping",
+    "hardware_slowdown",
+    "temperature_headroom",
+    "pcie_degraded",
+    "interconnect",
+    "gpu_error",
+    "input_bound",
+    "telemetry_gap",
+    "foreign_process",
+    "none",
+)
+# Most important first: what breaks a GPU, then what slows one down, then what that causes (an
+# imbalance is usually the symptom of one of the above), then what only warns.
+_ORDER = (
+    "gpu_error",
+    "hardware_slowdown",
+    "thermal_throttling",
+    "power_capping",
+    "pcie_degraded",
+    "imbalance",
+    "interconnect",
+    "input_bound",
+    "temperature_headroom",
+    "telemetry_gap",
+    "foreign_process",
+    "none",
+)
+
+
+def runbook(alert: str) -> str:
+    """The runbook anchor of an alert: GitHub's anchor is the heading in lower case."""
+    return f"{RUNBOOK}#{alert.lower()}"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number: ``query`` asked at the range's end; ``labels`` pick its series."""
+
+    name: str
+    value: float
+    unit: str
+    query: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "unit": self.unit,
+            "query": self.query,
+            "labels": dict(self.labels),
+        }
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    gpu: str | None
+    instance: str | None
+    share: float
+    summary: str
+    figures: Sequence[Figure]
+    runbook: str
+    charts: Sequence[str] = ()
+
+    def as_json(self, at: float) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "gpu": self.gpu,
+            "instance": self.instance,
+            "share": round(self.share, 4),
+            "summary": self.summary,
+            "evidence": {"time": at, "figures": [f.as_json() for f in self.figures]},
+            "runbook": self.runbook,
+        }
+
+
+def ordered(findings: Sequence[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (_ORDER.index(f.kind), -f.share, f.gpu or ""))
+
+
+class Ask:
+    """Asks instant queries at the range's end, remembering each answer."""
+
+    def __init__(self, prometheus: Prometheus, scope: Scope) -> None:
+        self.prometheus = prometheus
+        self.scope = scope
+        self._answers: dict[str, list[dict[str, Any]]] = {}
+
+    def rows(self, query: str) -> list[dict[str, Any]]:
+        """The answer's series as their labels plus ``value``."""
+        if query not in self._answers:
+            self._answers[query] = [
+                {**s.labels, "value": s.value}
+                for s in self.prometheus.instant(query, self.scope.end)
+            ]
+        return self._answers[query]
+
+    def by_gpu(self, query: str) -> dict[tuple[str, str], float]:
+        return {(r.get("instance", ""), r.get("gpu", "")): r["value"] for r in self.rows(query)}
+
+    def by_instance(self, query: str) -> dict[str, float]:
+        return {r.get("instance", ""): r["value"] for r in self.rows(query)}
+
+    def one(self, query: str) -> float | None:
+        rows = self.rows(query)
+        return float(rows[0]["value"]) if rows else None
+
+    def figure(self, name: str, unit: str, query: str, labels: Mapping[str, str]) -> Figure | None:
+        """The figure of the series with ``labels`` in the answer to ``query``, if any."""
+        for row in self.rows(query):
+            if all(row.get(k) == v for k, v in labels.items()):
+                return Figure(name, float(row["value"]), unit, query, labels)
+        return None
+
+
+def share_of(value: float | None) -> float:
+    """A held-share answer as a share: absent is never; a step's rounding may pass 1."""
+    return 0.0 if value is None else max(0.0, min(1.0, value))

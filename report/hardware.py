@@ -1,0 +1,298 @@
+"""Findings about the GPUs themselves: throttling, heat, PCIe, interconnect, errors, lost GPUs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
+from mirrorwatch.report.scope import Gpu
+
+
+def _held(ask: Ask, condition: str) -> str:
+    s = ask.scope
+    return q.held_share(condition, s.window, s.resolution, s.steps)
+
+
+def _labels(gpu: Gpu) -> dict[str, str]:
+    return {"instance": gpu.instance, "gpu": gpu.gpu}
+
+
+def _figures(ask: Ask, gpu: Gpu, wanted: Sequence[tuple[str, str, str]]) -> list[Figure]:
+    found = (ask.figure(name, unit, query, _labels(gpu)) for name, unit, query in wanted)
+    return [f for f in found if f is not None]
+
+
+# kind, the violation counter's reason, clock-event reasons, alert (runbook), cause in words
+THROTTLES = (
+    (
+        "thermal_throttling",
+        "thermal",
+        q.THERMAL_REASONS,
+        "GpuThermalThrottling",
+        "held back for heat",
+    ),
+    (
+        "power_capping",
+        "power",
+        q.POWER_CAP_REASONS,
+        "GpuPowerCapped",
+        "held back by its power limit",
+    ),
+    (
+        "hardware_slowdown",
+        None,
+        q.HARDWARE_SLOWDOWN_REASONS,
+        "GpuHardwareSlowdown",
+        "in hardware slowdown",
+    ),
+)
+
+
+def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
+    s, sel = ask.scope, ask.scope.gpus_select
+    clock = q.range_mean(sel("mirrorwatch_gpu_clock_hertz", 'clock="sm"'), s.window, s.resolution)
+    top_clock = sel("mirrorwatch_gpu_clock_max_hertz", 'clock="sm"')
+    clock_max = f"max_over_time({top_clock}[{s.window}])"
+    findings = []
+    for kind, violation, clock_reasons, alert, words in THROTTLES:
+        if violation is None:
+            now = f"max by ({q.GPU_KEY}) ({q.clock_events(sel, clock_reasons)})"
+        else:
+            now = q.throttled_now(sel, violation, clock_reasons)
+        share_query = _held(ask, now)
+        shares = ask.by_gpu(share_query)
+        limit = float(getattr(t.alert(alert), "throttled_fraction", 0.0))
+        for gpu in s.gpus:
+            share = share_of(shares.get(gpu.key))
+            if share <= limit:
+                continue
+            wanted = [("share of the range", "ratio", share_query)]
+            if violation is not None:
+                seconds = q.throttled_seconds(sel, violation, s.window)
+                wanted.append((f"{violation} throttle time (driver)", "seconds", seconds))
+            wanted += [("mean SM clock", "hertz", clock), ("highest SM clock", "hertz", clock_max)]
+            figures = _figures(ask, gpu, wanted)
+            findings.append(
+                Finding(
+                    kind,
+                    gpu.gpu,
+                    gpu.instance,
+                    share,
+                    f"GPU {gpu.gpu} was {words} for {share:.0%} of the range"
+                    + _clock_words(figures),
+                    figures,
+                    runbook(alert),
+                    ("throttle", "clocks", *(("temperature",) if violation == "thermal" else ())),
+                )
+            )
+    return findings
+
+
+def _clock_words(figures: Sequence[Figure]) -> str:
+    values = {f.name: f.value for f in figures}
+    mean, top = values.get("mean SM clock"), values.get("highest SM clock")
+    if mean is None or not top:
+        return "."
+    return f"; its SM clock averaged {mean / 1e9:.2f} GHz of its {top / 1e9:.2f} GHz."
+
+
+def temperature_headroom(ask: Ask, t: Thresholds) -> list[Finding]:
+    s, sel = ask.scope, ask.scope.gpus_select
+    margin = t.GpuTemperatureNearSlowdown.margin_celsius
+    share_query = _held(ask, q.near_slowdown(sel, margin))
+    least = q.range_min(q.slowdown_headroom(sel), s.window, s.resolution)
+    hottest = q.range_max(sel("mirrorwatch_gpu_temperature_celsius"), s.window, s.resolution)
+    shares = ask.by_gpu(share_query)
+    findings = []
+    for gpu in s.gpus:
+        share = share_of(shares.get(gpu.key))
+        if share <= 0:
+            continue
+        figures = _figures(
+            ask,
+            gpu,
+            [
+                ("share of the range", "ratio", share_query),
+                ("least headroom to slowdown", "celsius", least),
+                ("highest temperature", "celsius", hottest),
+            ],
+        )
+        low = next((f.value for f in figures if f.name.startswith("least")), None)
+        findings.append(
+            Finding(
+                "temperature_headroom",
+                gpu.gpu,
+                gpu.instance,
+                share,
+                f"GPU {gpu.gpu} was within {margin:g} °C of its slowdown temperature for "
+                f"{share:.0%} of the range"
+                + (f" (least headroom {low:.0f} °C)." if low is not None else "."),
+                figures,
+                runbook("GpuTemperatureNearSlowdown"),
+                ("temperature",),
+            )
+        )
+    return findings
+
+
+def pcie(ask: Ask, t: Thresholds) -> list[Finding]:
+    s, sel = ask.scope, ask.scope.gpus_select
+    share_query = _held(ask, q.pcie_link_degraded(sel, t.busy_utilization_ratio))
+    shares = ask.by_gpu(share_query)
+
+    def lowest(metric: str) -> str:
+        return q.range_min(sel(metric), s.window, s.resolution)
+
+    findings = []
+    for gpu in s.gpus:
+        share = share_of(shares.get(gpu.key))
+        if share <= 0:
+            continue
+        figures = _figures(
+            ask,
+            gpu,
+            [
+                ("share of the range", "ratio", share_query),
+                ("narrowest link width", "lanes", lowest("mirrorwatch_gpu_pcie_link_width")),
+                ("widest supported", "lanes", lowest("mirrorwatch_gpu_pcie_link_width_max")),
+                ("lowest generation", "", lowest("mirrorwatch_gpu_pcie_link_generation")),
+                ("highest supported", "", lowest("mirrorwatch_gpu_pcie_link_generation_max")),
+            ],
+        )
+        v = {f.name: f.value for f in figures}
+        link = (
+            f" at gen {v['lowest generation']:.0f} x{v['narrowest link width']:.0f} of "
+            f"gen {v['highest supported']:.0f} x{v['widest supported']:.0f}"
+            if len(v) == 5
+            else ""
+        )
+        findings.append(
+            Finding(
+                "pcie_degraded",
+                gpu.gpu,
+                gpu.instance,
+                share,
+                f"GPU {gpu.gpu}'s PCIe link ran below its maximum{link} while busy, for "
+                f"{share:.0%} of the range.",
+                figures,
+                runbook("GpuPcieLinkDegraded"),
+                ("pcie",),
+            )
+        )
+    return findings
+
+
+def interconnect(ask: Ask) -> list[Finding]:
+    """GPU pairs of the scope without NVLink, or across CPU sockets; NVLink links down."""
+    s, sel = ask.scope, ask.scope.gpus_select
+    links_query = q.p2p_links(sel, s.window)
+    slow = _held(ask, sel("mirrorwatch_gpu_p2p_link_info", 'link!="nvlink"'))
+    findings = []
+    ours = {g.key for g in s.gpus}
+    seen: set[tuple[str, str, str]] = set()
+    for row in ask.rows(links_query):
+        instance, gpu, peer, link = (
+            row.get(k, "") for k in ("instance", "gpu", "peer_gpu", "link")
+        )
+        pair = (instance, *sorted((gpu, peer)))
+        if link == "nvlink" or (instance, peer) not in ours or pair in seen:
+            continue
+        seen.add(pair)
+        figure = ask.figure("share of the range", "ratio", slow, {"instance": instance, "gpu": gpu})
+        share = share_of(figure.value if figure else 1.0)
+        path = "across CPU sockets (cross-NUMA)" if link == "cross_numa" else f"over {link}"
+        findings.append(
+            Finding(
+                "interconnect",
+                gpu,
+                instance,
+                share,
+                f"GPUs {pair[1]} and {pair[2]} have no NVLink: their all-reduce goes {path}.",
+                [Figure(f"link to GPU {peer}", 1.0, link, links_query, {"gpu": gpu, "link": link})]
+                + ([figure] if figure else []),
+                runbook("GpuNvlinkDown"),
+            )
+        )
+    down_query = _held(ask, f"max by ({q.GPU_KEY}) ({q.nvlink_down(sel)})")
+    for gpu in s.gpus:
+        figure = ask.figure("share of the range", "ratio", down_query, _labels(gpu))
+        if figure is not None and figure.value > 0:
+            findings.append(
+                Finding(
+                    "interconnect",
+                    gpu.gpu,
+                    gpu.instance,
+                    share_of(figure.value),
+                    f"An NVLink link of GPU {gpu.gpu} was down for {share_of(figure.value):.0%} "
+                    "of the range: its peer traffic fell back to PCIe.",
+                    [figure],
+                    runbook("GpuNvlinkDown"),
+                )
+            )
+    return findings
+
+
+def gpu_errors(ask: Ask) -> list[Finding]:
+    s, sel = ask.scope, ask.scope.gpus_select
+    xids = q.xid_events(sel, s.window, str(s.seconds))
+    xid_share = _held(ask, f"sum by (instance, gpu) ({q.xid_events(sel, '1m', '60')})")
+    ecc = q.ecc_uncorrected(sel, s.window)
+    lost = _held(ask, q.gpu_lost(sel))
+    findings = []
+    for gpu in s.gpus:
+        events = [r for r in ask.rows(xids) if (r.get("instance"), r.get("gpu")) == gpu.key]
+        if events:
+            share = ask.figure("share of the range", "ratio", xid_share, _labels(gpu))
+            figures = [
+                Figure(
+                    f"XID {r.get('xid')} events",
+                    r["value"],
+                    "events",
+                    xids,
+                    {**_labels(gpu), "xid": r.get("xid", "")},
+                )
+                for r in events
+            ]
+            findings.append(
+                Finding(
+                    "gpu_error",
+                    gpu.gpu,
+                    gpu.instance,
+                    share_of(share.value if share else None),
+                    f"GPU {gpu.gpu} reported XID "
+                    + ", ".join(str(r.get("xid")) for r in events)
+                    + " during the range.",
+                    figures + ([share] if share else []),
+                    runbook("GpuXidError"),
+                )
+            )
+        ecc_figure = ask.figure("uncorrectable ECC errors", "errors", ecc, _labels(gpu))
+        if ecc_figure is not None:
+            findings.append(
+                Finding(
+                    "gpu_error",
+                    gpu.gpu,
+                    gpu.instance,
+                    1.0,
+                    f"GPU {gpu.gpu} counted {ecc_figure.value:.0f} uncorrectable ECC errors.",
+                    [ecc_figure],
+                    runbook("GpuEccUncorrectable"),
+                )
+            )
+        lost_figure = ask.figure("share of the range", "ratio", lost, _labels(gpu))
+        if lost_figure is not None and lost_figure.value > 0:
+            findings.append(
+                Finding(
+                    "gpu_error",
+                    gpu.gpu,
+                    gpu.instance,
+                    share_of(lost_figure.value),
+                    f"GPU {gpu.gpu} was lost (unreadable) for {share_of(lost_figure.value):.0%} "
+                    "of the range.",
+                    [lost_figure],
+                    runbook("GpuLost"),
+                )
+            )
+    return findings

@@ -1,0 +1,204 @@
+"""report.html: one self-contained page, headline first, each chart under the finding it backs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from mirrorwatch.report.analysis import Analysis
+from mirrorwatch.report.charts import Chart
+from mirrorwatch.report.evidence import Figure, Finding
+from mirrorwatch.report.scope import format_time
+from mirrorwatch.report.svg import format_value
+
+TITLES = {
+    "imbalance": "Utilisation imbalance",
+    "thermal_throttling": "Thermal throttling",
+    "power_capping": "Power capping",
+    "hardware_slowdown": "Hardware slowdown",
+    "temperature_headroom": "Little temperature headroom",
+    "pcie_degraded": "PCIe link below its maximum",
+    "interconnect": "Slow GPU interconnect",
+    "gpu_error": "GPU error",
+    "input_bound": "Input-bound",
+    "telemetry_gap": "Gap in the telemetry",
+    "foreign_process": "Another process on the GPU",
+    "none": "Nothing wrong found",
+}
+HEADLINE_CHARTS = ("throughput", "step_time")
+DASH = "\u2013"  # what a card shows for a figure Prometheus has no data for
+
+STYLE = """
+body { font: 15px/1.45 "DejaVu Sans", "Helvetica Neue", Arial, sans-serif; color: #1d2530;
+  max-width: 860px; margin: 24px auto; padding: 0 16px; background: #fff; }
+h1 { font-size: 24px; margin: 0 0 4px; } h2 { font-size: 19px; margin: 28px 0 8px;
+  border-bottom: 1px solid #d8dde3; padding-bottom: 4px; } h3 { font-size: 16px; margin: 0 0 6px; }
+.meta { color: #5a6573; font-size: 13px; }
+.cards { display: flex; flex-wrap: wrap; gap: 8px; margin: 12px 0; }
+.card { border: 1px solid #d8dde3; border-radius: 6px; padding: 8px 12px; min-width: 120px; }
+.card b { display: block; font-size: 20px; } .card span { color: #5a6573; font-size: 12px; }
+.verdict { font-size: 17px; margin: 8px 0; } .why { background: #fff4e5; border-left: 4px solid
+  #f0a030; padding: 8px 12px; } .why.ok { background: #eaf6ec; border-color: #3c9a4f; }
+.finding { border: 1px solid #d8dde3; border-radius: 6px; padding: 12px 14px; margin: 14px 0; }
+.kind { font-size: 11px; text-transform: uppercase; letter-spacing: .05em; color: #fff;
+  background: #b5462f; border-radius: 3px; padding: 1px 6px; margin-right: 6px; }
+.kind.none { background: #3c9a4f; }
+.share { display: inline-block; width: 120px; height: 8px; background: #e8ebef;
+  border-radius: 4px; vertical-align: middle; margin-left: 6px; }
+.share i { display: block; height: 8px; background: #b5462f; border-radius: 4px; }
+table { border-collapse: collapse; font-size: 13px; margin: 6px 0; }
+td, th { padding: 2px 10px 2px 0; text-align: left; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+details { font-size: 12px; margin: 4px 0; } summary { cursor: pointer; color: #2b5f9e; }
+pre { background: #f4f6f8; padding: 6px 8px; overflow-x: auto; white-space: pre-wrap;
+  font-size: 11.5px; margin: 4px 0; }
+figure { margin: 12px 0; } figcaption { font-weight: bold; font-size: 14px; }
+figcaption span { font-weight: normal; color: #5a6573; font-size: 12px; display: block; }
+svg.chart { width: 100%; height: auto; display: block; }
+svg.chart text { font-size: 11px; fill: #3b4552; font-family: inherit; }
+svg.chart .grid { stroke: #e3e7eb; } svg.chart .axis { stroke: #98a2ae; }
+svg.chart .series { fill: none; stroke-width: 1.8; } svg.chart .band { fill: #1f77b4;
+  fill-opacity: .12; } svg.chart .empty { fill: #8a95a3; font-style: italic; font-size: 13px; }
+.legend { font-size: 12px; color: #3b4552; } .key { margin-right: 14px; white-space: nowrap; }
+.key i { display: inline-block; width: 22px; margin-right: 4px; vertical-align: middle; }
+.key i.band-key { height: 9px; background: rgba(31,119,180,.15); }
+a { color: #2b5f9e; }
+"""
+
+
+def _value(figure: Figure) -> str:
+    return escape(format_value(figure.value, figure.unit) if figure.unit else f"{figure.value:g}")
+
+
+def _queries(queries: Sequence[str], label: str = "Queries") -> str:
+    body = "".join(f"<pre>{escape(query)}</pre>" for query in dict.fromkeys(queries))
+    return f"<details><summary>{label}</summary>{body}</details>"
+
+
+def _chart(chart: Chart) -> str:
+    return (
+        f'<figure id="chart-{chart.name}"><figcaption>{escape(chart.title)}'
+        f"<span>{escape(chart.description)}</span></figcaption>{chart.svg}{chart.key}"
+        f"{_queries(chart.queries, 'Queries of this chart')}</figure>"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def _card(label: str, value: str) -> str:
+    return f'<div class="card"><b>{escape(value)}</b><span>{escape(label)}</span></div>'
+
+
+def _headline(h: Mapping[str, Any], top: Finding, at: float) -> str:
+    def shown(name: str, unit: str, suffix: str = "") -> str:
+        value = h.get(name)
+        return DASH if value is None else format_value(float(value), unit) + suffix
+
+    speedup = DASH if h.get("speedup") is None else f"{h['speedup']:.2f}x"
+    ideal = f" of {h['ideal_speedup']:.0f}x ideal" if h.get("ideal_speedup") else ""
+    cards = [
+        _card("duration", _duration(h["duration_seconds"])),
+        _card("steps", DASH if h.get("steps") is None else f"{h['steps']:,.0f}"),
+        _card("examples per second", shown("examples_per_second", "per_second")),
+        _card(f"speed-up{ideal}", speedup),
+        _card(
+            f"scaling efficiency (target {h['efficiency_target']:.0%})",
+            shown("scaling_efficiency", "ratio"),
+        ),
+        _card("median step time", shown("step_time_p50_seconds", "seconds")),
+        _card("mean GPU utilisation", shown("mean_utilization", "ratio")),
+    ]
+    ok = top.kind == "none"
+    rows = "".join(
+        f"<tr><td>{escape(name)}</td><td><pre>{escape(query)}</pre></td></tr>"
+        for name, query in h["queries"].items()
+    )
+    return (
+        f'<div class="cards">{"".join(cards)}</div>'
+        f'<p class="verdict">{escape(h["verdict"])}</p>'
+        f'<p class="why{" ok" if ok else ""}"><b>{"Verdict" if ok else "Most likely why"}:</b> '
+        f"{escape(top.summary)}</p>"
+        f"<details><summary>Queries of the headline (asked at {escape(format_time(at))})"
+        f"</summary><table>{rows}</table></details>"
+    )
+
+
+def _finding(number: int, f: Finding, charts: Mapping[str, Chart], runbook_url: str) -> str:
+    where = " ".join(
+        part
+        for part in (f"GPU {f.gpu}" if f.gpu else "", f"on {f.instance}" if f.instance else "")
+        if part
+    )
+    figures = "".join(
+        f"<tr><td>{escape(fig.name)}</td><td class='num'>{_value(fig)}</td></tr>"
+        for fig in f.figures
+    )
+    link = (
+        f'<a href="{escape(runbook_url)}#{escape(f.runbook.partition("#")[2])}">'
+        f"{escape(f.runbook)}</a>"
+        if f.runbook.startswith("docs/runbook.md")
+        else escape(f.runbook)
+    )
+    return (
+        f'<section class="finding" id="finding-{number}"><h3>{number}. '
+        f'<span class="kind {f.kind}">{escape(f.kind)}</span>{escape(TITLES[f.kind])}'
+        f"{' — ' + escape(where) if where else ''}</h3>"
+        f'<div class="meta">held for {f.share:.0%} of the range<span class="share">'
+        f'<i style="width: {f.share * 100:.0f}%"></i></span> · runbook: {link}</div>'
+        f"<p>{escape(f.summary)}</p>"
+        + (f"<table>{figures}</table>{_queries([x.query for x in f.figures])}" if figures else "")
+        + "".join(_chart(charts[name]) for name in f.charts if name in charts)
+        + "</section>"
+    )
+
+
+def render(
+    analysis: Analysis, charts: Mapping[str, Chart], prometheus: str, runbook_url: str
+) -> str:
+    h = analysis.headline
+    subject = f"run {h['run']}" if h["run"] else f"instance {', '.join(h['instances'])}"
+    gpus = ", ".join(f"GPU {g['gpu']} ({g['name'] or g['uuid']})" for g in h["gpus"])
+    placed: set[str] = set(HEADLINE_CHARTS)
+    findings = []
+    for number, finding in enumerate(analysis.findings, 1):
+        own = tuple(name for name in finding.charts if name not in placed)
+        placed.update(own)
+        findings.append(_finding(number, _with_charts(finding, own), charts, runbook_url))
+    rest = [c for name, c in charts.items() if name not in placed and name != "alerts"]
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>mirrorwatch report: {escape(subject)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>mirrorwatch report: {escape(subject)}</h1>"
+        f'<div class="meta">{escape(h["start_text"])} &#8211; {escape(h["end_text"])} '
+        f"({h['duration_seconds']} s, sampled every {h['step_seconds']} s) · "
+        f"{escape(', '.join(h['instances']))} · {escape(gpus)} · from {escape(prometheus)}</div>"
+        "<h2>Headline</h2>"
+        + _headline(h, analysis.findings[0], analysis.at)
+        + "".join(_chart(charts[name]) for name in HEADLINE_CHARTS if name in charts)
+        + f"<h2>Findings, most important first ({len(analysis.findings)})</h2>"
+        + "".join(findings)
+        + ("<h2>Other charts</h2>" + "".join(_chart(c) for c in rest) if rest else "")
+        + "<h2>Alerts</h2>"
+        + (_chart(charts["alerts"]) if "alerts" in charts else "")
+        + '<p class="meta">Every number above comes from the query shown with it, asked at the '
+        "range's end; findings.json holds the same figures. Written by mirrorwatch-report.</p>"
+        "</body></html>"
+    )
+
+
+def _with_charts(finding: Finding, charts: tuple[str, ...]) -> Finding:
+    return Finding(
+        finding.kind,
+        finding.gpu,
+        finding.instance,
+        finding.share,
+        finding.summary,
+        finding.figures,
+        finding.runbook,
+        charts,
+    )

@@ -1,0 +1,185 @@
+"""What a report covers: the range, the host(s), the run and its GPUs, found in Prometheus."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from mirrorwatch.alerts.queries import Select
+from mirrorwatch.report.prometheus import Prometheus, Series
+
+# About this many sampling points over a range: enough for a chart's width, few enough to ask
+# a day-long run in one query.
+POINTS = 500
+
+
+class ScopeError(ValueError):
+    """The run or range has nothing to report on; the message says what was looked for."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    instance: str
+    gpu: str
+    uuid: str
+    name: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.instance, self.gpu
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A range [start, end] sampled every ``step`` seconds at ``steps`` points, its GPUs, and
+    the selectors that pick their series (``gpus_select``), their host's (``host``) and the
+    run's (``run_select``)."""
+
+    start: float
+    end: float
+    step: int
+    run: str | None
+    instances: tuple[str, ...]
+    gpus: tuple[Gpu, ...]
+
+    @property
+    def seconds(self) -> int:
+        return round(self.end - self.start)
+
+    @property
+    def steps(self) -> int:
+        return self.seconds // self.step
+
+    @property
+    def window(self) -> str:
+        return f"{self.seconds}s"
+
+    @property
+    def resolution(self) -> str:
+        return f"{self.step}s"
+
+    @property
+    def host(self) -> Select:
+        return Select((_one_of("instance", self.instances),))
+
+    @property
+    def gpus_select(self) -> Select:
+        return self.host.where(_one_of("uuid", tuple(sorted({g.uuid for g in self.gpus}))))
+
+    @property
+    def run_select(self) -> Select:
+        return self.host.where(f'run="{self.run}"') if self.run else self.host
+
+    def gpu(self, instance: str, index: str) -> Gpu | None:
+        return next((g for g in self.gpus if g.key == (instance, index)), None)
+
+
+def _one_of(label: str, values: tuple[str, ...]) -> str:
+    if len(values) == 1:
+        return f'{label}="{values[0]}"'
+    return f'{label}=~"{"|".join(_literal(v) for v in values)}"'
+
+
+def _literal(value: str) -> str:
+    """``value`` as a regex literal inside a PromQL string: metacharacters behind a backslash,
+    itself doubled for the string (Python's re.escape also escapes "-", which PromQL refuses)."""
+    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\\\1", value)
+
+
+def parse_time(text: str) -> float:
+    """A time as Prometheus's API takes it: unix seconds or RFC 3339 (2024-05-01T12:00:00Z)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            "expected unix seconds or an RFC 3339 time such as 2024-05-01T12:00:00Z"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def format_time(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _span(series: list[Series]) -> tuple[float, float] | None:
+    times = [t for s in series for t, _ in s.points]
+    return (min(times), max(times)) if times else None
+
+
+def _sized(start: float, end: float) -> tuple[float, int]:
+    """The range ending at ``end``, shortened to a whole number of steps; and the step."""
+    seconds = int(end - start)
+    step = max(1, math.ceil(seconds / POINTS))
+    return end - (seconds // step) * step, step
+
+
+def find_scope(
+    prometheus: Prometheus, run: str | None, instance: str | None, start: float, end: float
+) -> Scope:
+    """The part of [start, end] that the run (or the instance) has samples in, with its GPUs."""
+    lookback = f"{max(1, int(end - start))}s"
+    between = f"between {format_time(start)} and {format_time(end)}"
+    if run is not None:
+        steps = prometheus.instant(
+            f'mirrorwatch_training_steps_total{{run="{run}"}}[{lookback}]', end
+        )
+        span = _span(steps)
+        if span is None:
+            raise ScopeError(
+                f"unknown run {run!r}: Prometheus has no training series of it {between}"
+            )
+        replicas = prometheus.instant(
+            "max by (instance, uuid) (max_over_time("
+            f'mirrorwatch_training_replica_info{{run="{run}"}}[{lookback}]))',
+            end,
+        )
+        instances = tuple(sorted({s.label("instance") for s in steps}))
+        uuids = {s.label("uuid") for s in replicas}
+        # The exporter serves a run's last totals until its TTL passes: the run ended at its
+        # last push, not at its last sample.
+        pushed = prometheus.instant(
+            "max (max_over_time("
+            f'mirrorwatch_training_last_push_timestamp_seconds{{run="{run}"}}[{lookback}]))',
+            end,
+        )
+        if pushed and span[0] < pushed[0].value < span[1]:
+            span = (span[0], pushed[0].value)
+    else:
+        assert instance is not None
+        span = _span(
+            prometheus.instant(f'mirrorwatch_up{{instance="{instance}"}}[{lookback}]', end)
+        )
+        if span is None:
+            raise ScopeError(f"empty range: no samples of instance {instance} {between}")
+        instances, uuids = (instance,), set()
+    first, last = span
+    if last - first < 2:
+        what = f"run {run!r}" if run else f"instance {instance}"
+        raise ScopeError(f"empty range: {what} has under 2 seconds of samples {between}")
+    info = prometheus.instant(
+        "max by (instance, gpu, uuid, name) (max_over_time("
+        f"{Select((_one_of('instance', instances),))('mirrorwatch_gpu_info')}[{lookback}]))",
+        end,
+    )
+    gpus = tuple(
+        sorted(
+            (
+                Gpu(s.label("instance"), s.label("gpu"), s.label("uuid"), s.label("name"))
+                for s in info
+                if not uuids or s.label("uuid") in uuids
+            ),
+            key=lambda g: (g.instance, int(g.gpu) if g.gpu.isdigit() else 0),
+        )
+    )
+    if not gpus:
+        raise ScopeError(f"no GPU series of {', '.join(instances)} {between}")
+    begin, step = _sized(first, last)
+    return Scope(begin, last, step, run, instances, gpus)

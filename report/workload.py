@@ -1,0 +1,179 @@
+"""Findings about the run as a whole: imbalance between its GPUs, input-bound, telemetry gaps."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Sequence
+
+from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts.fragments import num
+from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
+
+# Below this, even the busiest GPU of the run spent a fifth of its time waiting: for work it
+# was not given (the input pipeline, the host), unless something held its clocks back.
+INPUT_BOUND_UTILIZATION = 0.80
+# A share of the range, above which a run counts as input-bound.
+INPUT_BOUND_SHARE = 0.5
+# A scrape interval this many times the usual one is a gap.
+GAP_FACTOR = 3.0
+
+
+def _held(ask: Ask, condition: str) -> str:
+    s = ask.scope
+    return q.held_share(condition, s.window, s.resolution, s.steps)
+
+
+def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
+    s, sel = ask.scope, ask.scope.gpus_select
+    limit = t.GpuUtilizationImbalance.spread_ratio
+    means_query = q.gpu_utilization_mean(sel, s.window)
+    spread_query = q.gpu_utilization_spread(sel, s.window)
+    share_query = _held(ask, f"{q.gpu_utilization_spread(sel, '1m')} > {num(limit)}")
+    deviation_query = q.gpu_utilization_deviation(sel, s.window)
+    means = ask.by_gpu(means_query)
+    findings = []
+    for instance in s.instances:
+        ours = {g: v for (i, g), v in means.items() if i == instance}
+        share = share_of(ask.by_instance(share_query).get(instance))
+        if len(ours) < 2 or share <= 0:
+            continue
+        lagging = min(ours, key=lambda g: ours[g])
+        leading = max(ours, key=lambda g: ours[g])
+        labels = {"instance": instance, "gpu": lagging}
+        figures = [
+            f
+            for f in (
+                ask.figure(f"GPU {lagging} mean utilisation", "ratio", means_query, labels),
+                ask.figure(
+                    f"GPU {leading} mean utilisation",
+                    "ratio",
+                    means_query,
+                    {"instance": instance, "gpu": leading},
+                ),
+                ask.figure(
+                    "spread of the range means", "ratio", spread_query, {"instance": instance}
+                ),
+                ask.figure("deviation from the run mean", "ratio", deviation_query, labels),
+                ask.figure(
+                    f"share of the range above {limit:.0%}",
+                    "ratio",
+                    share_query,
+                    {"instance": instance},
+                ),
+            )
+            if f is not None
+        ]
+        gap = ours[leading] - ours[lagging]
+        findings.append(
+            Finding(
+                "imbalance",
+                lagging,
+                instance,
+                share,
+                f"GPU {lagging} lags: {ours[lagging]:.0%} busy against GPU {leading}'s "
+                f"{ours[leading]:.0%} ({gap * 100:.1f} percentage points); the spread was above "
+                f"{limit * 100:g} points for {share:.0%} of the range.",
+                figures,
+                runbook("GpuUtilizationImbalance"),
+                ("utilization", "spread"),
+            )
+        )
+    return findings
+
+
+def input_bound(ask: Ask, throttled: bool) -> list[Finding]:
+    """Every GPU well below busy with nothing holding its clocks back: waiting for input."""
+    if throttled:
+        return []
+    s, sel = ask.scope, ask.scope.gpus_select
+    share_query = _held(ask, q.all_gpus_below(sel, "1m", INPUT_BOUND_UTILIZATION))
+    means_query = q.gpu_utilization_mean(sel, s.window)
+    findings = []
+    for instance in s.instances:
+        share = share_of(ask.by_instance(share_query).get(instance))
+        if share < INPUT_BOUND_SHARE:
+            continue
+        figures = [
+            Figure(f"GPU {g} mean utilisation", v, "ratio", means_query, {"instance": i, "gpu": g})
+            for (i, g), v in sorted(ask.by_gpu(means_query).items())
+            if i == instance
+        ]
+        figures.append(
+            Figure("share of the range", share, "ratio", share_query, {"instance": instance})
+        )
+        findings.append(
+            Finding(
+                "input_bound",
+                None,
+                instance,
+                share,
+                f"Every GPU was below {INPUT_BOUND_UTILIZATION:.0%} busy for {share:.0%} of the "
+                "range with no throttling: the GPUs waited for input (data loading, host CPU).",
+                figures,
+                runbook("GpuUtilizationImbalance"),
+                ("utilization",),
+            )
+        )
+    return findings
+
+
+def _gaps(times: Sequence[float]) -> tuple[float, float]:
+    """Seconds lost to gaps and the longest interval, from sample times."""
+    intervals = [b - a for a, b in itertools.pairwise(times)]
+    if len(intervals) < 2:
+        return 0.0, max(intervals, default=0.0)
+    usual = statistics.median(intervals)
+    lost = sum(i - usual for i in intervals if i > GAP_FACTOR * usual)
+    return lost, max(intervals)
+
+
+def telemetry_gaps(ask: Ask, t: Thresholds) -> list[Finding]:
+    s = ask.scope
+    findings = []
+    for instance in s.instances:
+        raw = f'mirrorwatch_up{{instance="{instance}"}}[{s.window}]'
+        times = [p for series in ask.prometheus.instant(raw, s.end) for p, _ in series.points]
+        lost, longest = _gaps(sorted(times))
+        if lost > 0:
+            share = min(1.0, lost / max(1, s.seconds))
+            findings.append(
+                Finding(
+                    "telemetry_gap",
+                    None,
+                    instance,
+                    share,
+                    f"Scrapes of {instance} stopped for {lost:.0f} s in all (longest interval "
+                    f"{longest:.0f} s): what happened then is not in this report.",
+                    [
+                        Figure(
+                            "seconds without scrapes", lost, "seconds", raw, {"instance": instance}
+                        ),
+                        Figure("longest interval", longest, "seconds", raw, {"instance": instance}),
+                    ],
+                    runbook("MirrorwatchExporterDown"),
+                )
+            )
+    if s.run is not None:
+        stale = t.TrainingTelemetryStale.stale_after_seconds
+        silence = q.push_silence(s.run_select)
+        share_query = _held(ask, f"{silence} > {num(stale)}")
+        for row in ask.rows(share_query):
+            share = share_of(row["value"])
+            if share <= 0:
+                continue
+            worker = row.get("worker", "")
+            findings.append(
+                Finding(
+                    "telemetry_gap",
+                    None,
+                    row.get("instance") or None,
+                    share,
+                    f"Worker {worker} pushed no training telemetry for over {stale:g} s during "
+                    f"{share:.0%} of the range.",
+                    [Figure("share of the range", share, "ratio", share_query, {"worker": worker})],
+                    runbook("TrainingTelemetryStale"),
+                )
+            )
+    return findings
