@@ -76,6 +76,7 @@ bench: install
 	$(PY) bench/exporter_bench.py --out bench/results/exporter.json
 	$(PY) bench/trainer_bench.py --out bench/results/trainer.json
 	$(PY) bench/ingest_bench.py --out bench/results/ingest.json
+	$(PY) bench/soak_bench.py --out bench/results/soak.json
 
 ## demo: exporter (simulated dual-GPU host), trainer on 2 CPU replicas, Prometheus, Alertmanager
 ## and a receiver printing each notification; SCENARIO=name picks the scenario; Ctrl-C stops it

@@ -8,16 +8,19 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from mirrorwatch.exporter import __version__
 from mirrorwatch.exporter.backend import GpuBackend
 from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics, select_collectors
 from mirrorwatch.exporter.ingest.auth import IngestAuth
+from mirrorwatch.exporter.ingest.body import BodyLimits
 from mirrorwatch.exporter.ingest.errors import RejectionCounter
 from mirrorwatch.exporter.ingest.guard import IngestGuard
 from mirrorwatch.exporter.ingest.handlers import install_error_handlers
 from mirrorwatch.exporter.ingest.metrics import TrainingMetrics
 from mirrorwatch.exporter.ingest.store import Clock, Limits, RunStore
+from mirrorwatch.exporter.logs import RejectionLog
 from mirrorwatch.exporter.routes import gpus, health, ingest, landing, metrics
 from mirrorwatch.exporter.settings import Settings
 from mirrorwatch.exporter.state import ExporterState
@@ -48,7 +51,7 @@ def create_app(settings: Settings, backend: GpuBackend, clock: Clock | None = No
         ),
         clock,
     )
-    rejections = RejectionCounter()
+    rejections = RejectionCounter(RejectionLog(logging.getLogger("mirrorwatch.exporter.ingest")))
     auth = IngestAuth(settings.ingest_token_value())
     registry = CollectorRegistry(auto_describe=False)
     registry.register(gpu_metrics)
@@ -79,5 +82,17 @@ def create_app(settings: Settings, backend: GpuBackend, clock: Clock | None = No
         app.include_router(module.router)
     ingest.publish_bearer_scheme(app)
     install_error_handlers(app, rejections)
-    app.add_middleware(IngestGuard, auth=auth, rejections=rejections)
+    app.add_middleware(
+        IngestGuard,
+        auth=auth,
+        rejections=rejections,
+        body_limits=BodyLimits.for_replicas(settings.max_replicas),
+        body_timeout=settings.body_timeout,
+    )
+    # Outermost, so the guard sees the client it computes. Here rather than uvicorn's own
+    # (cli.py turns that off): only the configured proxies count, never FORWARDED_ALLOW_IPS,
+    # and uvicorn's _TrustedHosts takes the right-most address that is not one of them.
+    app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.proxies)
+    # The connection-level guard (ingest/protocol.py) counts its refusals here too.
+    app.state.rejections = rejections
     return app

@@ -9,6 +9,7 @@ line that names it; nothing else is started by then.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 import types
@@ -22,8 +23,9 @@ from mirrorwatch.exporter import __version__
 from mirrorwatch.exporter.app import create_app
 from mirrorwatch.exporter.collectors.registry import select_collectors
 from mirrorwatch.exporter.factory import build_backend
+from mirrorwatch.exporter.ingest.protocol import bounded_protocol
 from mirrorwatch.exporter.logs import configure_logging, logging_config
-from mirrorwatch.exporter.settings import ENV_PREFIX, Settings
+from mirrorwatch.exporter.settings import ENV_PREFIX, Settings, only_loopback, proxy_networks
 from mirrorwatch.exporter.simulate.scenario import ScenarioError, builtin_scenarios
 from mirrorwatch.exporter.vocabulary import Address
 
@@ -131,6 +133,20 @@ def load_settings(args: argparse.Namespace) -> Settings:
         select_collectors(settings.collectors)
     except ValueError as error:
         raise UsageError(f"{source('collectors')}: {error}") from None
+    if os.environ.get("FORWARDED_ALLOW_IPS") is not None:
+        # uvicorn's own variable would otherwise look like it applies; it does not here.
+        raise UsageError(
+            f"FORWARDED_ALLOW_IPS: not read by {PROG}; set {_flag('trusted_proxies')} "
+            f"or {_variable('trusted_proxies')} instead"
+        )
+    if settings.ingest_token_value() is None and not only_loopback(
+        proxy_networks(settings.trusted_proxies)
+    ):
+        raise UsageError(
+            f"{source('trusted_proxies')}: with no ingest token the ingest API trusts loopback "
+            "clients, so proxies beyond loopback must not name them; set "
+            f"{_variable('ingest_token')} or {_flag('ingest_token_file')}"
+        )
     if settings.gpus is not None and settings.simulate is None:
         raise UsageError("--gpus: only applies with --simulate (real hosts report their own GPUs)")
     return settings
@@ -163,8 +179,15 @@ def run(argv: list[str] | None = None) -> int:
         raise UsageError(str(error)) from None
     sock = bind(settings.listen_address)
     configure_logging(settings.log_level, settings.log_format)
+    app = create_app(settings, backend)
     config = uvicorn.Config(
-        create_app(settings, backend),
+        app,
+        # httptools, bounded before the app: head size and time (ingest/protocol.py).
+        http=bounded_protocol(
+            settings.max_header_bytes, settings.header_timeout, app.state.rejections
+        ),
+        # The app applies X-Forwarded-For itself, from --trusted-proxies only (app.py).
+        proxy_headers=False,
         log_config=logging_config(settings.log_level, settings.log_format),
         timeout_graceful_shutdown=5,
     )

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import logging.config
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 # Attributes every LogRecord has; anything else on a record came from `extra=` and is logged.
@@ -62,3 +65,44 @@ def logging_config(level: str, fmt: str) -> dict[str, Any]:
 
 def configure_logging(level: str, fmt: str) -> None:
     logging.config.dictConfig(logging_config(level, fmt))
+
+
+class RejectionLog:
+    """Logs refused requests without letting a client flood the log.
+
+    The first refusal of each reason is logged at once; later ones within ``interval`` seconds
+    are only counted, and the next line after the interval says how many there were. An
+    unauthenticated client can therefore cost at most one line per reason per interval.
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        interval: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._logger = logger
+        self._interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def refused(self, reason: str, status: int, client: str | None) -> None:
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(reason)
+            if last is not None and now - last < self._interval:
+                self._suppressed[reason] = self._suppressed.get(reason, 0) + 1
+                return
+            self._last[reason] = now
+            suppressed = self._suppressed.pop(reason, 0)
+        self._logger.warning(
+            "ingest request refused: %s (%d) from %s; %d more like it in the last %.0f s",
+            reason,
+            status,
+            client or "unknown",
+            suppressed,
+            self._interval,
+            extra={"reason": reason, "status": status, "client": client, "suppressed": suppressed},
+        )

@@ -8,6 +8,7 @@ are (collectors/registry.py), so this module needs neither the collectors nor th
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
 
@@ -31,6 +32,26 @@ def read_token_file(path: Path) -> str:
     if not token:
         raise ValueError(f"token file {path} is empty")
     return token
+
+
+def proxy_networks(text: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """Addresses and networks, comma-separated; ``*`` is refused (uvicorn would then believe the
+    left-most, client-written X-Forwarded-For entry)."""
+    networks = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if item == "*":
+            raise ValueError("'*' would believe any client's X-Forwarded-For; list the proxies")
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IP address or network") from None
+    return networks
+
+
+def only_loopback(networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> bool:
+    return all(network.is_loopback for network in networks)
 
 
 class Settings(BaseSettings):
@@ -111,6 +132,34 @@ class Settings(BaseSettings):
         description="replicas one worker may report at most",
         json_schema_extra={"metavar": "N"},
     )
+    trusted_proxies: str = Field(
+        default="127.0.0.1,::1",
+        description="comma-separated addresses or networks of reverse proxies whose "
+        "X-Forwarded-For is believed (the right-most address not in this list is the client); "
+        "empty: none",
+        json_schema_extra={"metavar": "LIST"},
+    )
+    max_header_bytes: int = Field(
+        default=8192,
+        ge=1024,
+        le=65536,
+        description="bytes of request line and headers a request may have; more: 431",
+        json_schema_extra={"metavar": "N"},
+    )
+    header_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="seconds a connection has to send a request's line and headers; then 408",
+        json_schema_extra={"metavar": "S"},
+    )
+    body_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="seconds an authenticated push has to send its body; then 408",
+        json_schema_extra={"metavar": "S"},
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="least severe log records written"
     )
@@ -141,9 +190,20 @@ class Settings(BaseSettings):
         read_token_file(value)  # unreadable or empty: a startup error, not a surprise later
         return value
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_proxies(cls, value: str) -> str:
+        proxy_networks(value)
+        return value
+
     @property
     def listen_address(self) -> Address:
         return Address.parse(self.listen)
+
+    @property
+    def proxies(self) -> list[str]:
+        """The trusted proxies as uvicorn's ``forwarded_allow_ips`` takes them."""
+        return [str(network) for network in proxy_networks(self.trusted_proxies)]
 
     def ingest_token_value(self) -> str | None:
         """The configured ingest token, from the variable or the file; None when neither."""

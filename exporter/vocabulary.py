@@ -14,12 +14,23 @@ from dataclasses import dataclass
 # --- training runs ----------------------------------------------------------------------------
 
 RUN_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-RUN_RULE = "1 to 64 characters of [A-Za-z0-9_.-]"
+# "." and ".." match the pattern but name a directory step in a URL path; never a run.
+RESERVED_RUN_IDS = frozenset({".", ".."})
+RUN_RULE = "1 to 64 characters of [A-Za-z0-9_.-], not . or .."
 MAX_WORKER = 1023  # a worker is its TF_CONFIG task index, 0..MAX_WORKER
+# Plain decimal digits, no sign, space, point or leading zero: one spelling per worker.
+WORKER_PATTERN = re.compile(r"^(?:0|[1-9][0-9]{0,3})$")
+WORKER_RULE = f"decimal digits 0..{MAX_WORKER}, no sign, space or leading zero"
 
 
 def is_run_id(text: str) -> bool:
-    return RUN_PATTERN.match(text) is not None
+    # fullmatch: `$` alone would let a trailing newline through.
+    return RUN_PATTERN.fullmatch(text) is not None and text not in RESERVED_RUN_IDS
+
+
+def is_worker_index(text: str) -> bool:
+    """Whether ``text`` spells a worker index the one accepted way: ``7``, not ``+7``, ``07``."""
+    return WORKER_PATTERN.fullmatch(text) is not None and int(text) <= MAX_WORKER
 
 
 # --- PCI bus ids --------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from mirrorwatch.trainer.snapshot import SnapshotBuilder
 log = logging.getLogger("mirrorwatch.trainer")
 
 DEFAULT_URL = "http://127.0.0.1:9848"
-FINAL_PUSH_DEADLINE_SECONDS = 2.0
+# All the end of training may wait for the last snapshot: connect, send and answer together.
+FINAL_PUSH_DEADLINE_SECONDS = 1.0
 
 
 def _worker_from_tf_config() -> int:
@@ -47,7 +48,7 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
     :class:`~mirrorwatch.trainer.meter.StepMeter`). A daemon thread PUTs the run's
     full cumulative state to the exporter every ``interval`` seconds, with a short timeout and
     backoff when the exporter is away; at the end of training it sends a last snapshot marked
-    inactive, waiting at most two seconds. Telemetry never raises into training: trouble is
+    inactive, waiting at most one second in all. Telemetry never raises into training: trouble is
     logged once on the ``mirrorwatch.trainer`` logger and counted in
     ``telemetry_dropped_total``.
 
@@ -196,7 +197,7 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
                 finished = self._pusher.stop(FINAL_PUSH_DEADLINE_SECONDS)
             if not finished:
                 log.warning(
-                    "mirrorwatch: the final snapshot did not reach %s within %.0f s",
+                    "mirrorwatch: the final snapshot did not reach %s within %g s",
                     self.url,
                     FINAL_PUSH_DEADLINE_SECONDS,
                 )

@@ -8,6 +8,7 @@ final snapshot goes out within the deadline the caller gives.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import logging
 import random
@@ -53,7 +54,12 @@ class Endpoint:
 
 
 def put(endpoint: Endpoint, body: bytes, timeout: float) -> tuple[Outcome, str]:
-    """One PUT; the outcome and, for anything but success, a short reason."""
+    """One PUT, all of it (connect, send, wait for the answer) within ``timeout`` seconds.
+
+    http.client's timeout bounds each socket operation, not their sum: an exporter that
+    answers a byte at a time would hold the push for ever. A timer shuts the socket down when
+    the time is up, which ends whatever read or write is waiting.
+    """
     connection: http.client.HTTPConnection
     if endpoint.scheme == "https":
         connection = http.client.HTTPSConnection(endpoint.host, endpoint.port, timeout=timeout)
@@ -62,6 +68,9 @@ def put(endpoint: Endpoint, body: bytes, timeout: float) -> tuple[Outcome, str]:
     headers = {"Content-Type": "application/json", "Connection": "close"}
     if endpoint.token:
         headers["Authorization"] = f"Bearer {endpoint.token}"
+    watchdog = threading.Timer(timeout, _shut_down, [connection])
+    watchdog.daemon = True
+    watchdog.start()
     try:
         connection.request("PUT", endpoint.path, body=body, headers=headers)
         response = connection.getresponse()
@@ -69,6 +78,7 @@ def put(endpoint: Endpoint, body: bytes, timeout: float) -> tuple[Outcome, str]:
     except (OSError, http.client.HTTPException, ssl.SSLError) as error:
         return Outcome.UNREACHABLE, f"{type(error).__name__}: {error}"
     finally:
+        watchdog.cancel()
         connection.close()
     status = response.status
     if 200 <= status < 300:
@@ -78,6 +88,13 @@ def put(endpoint: Endpoint, body: bytes, timeout: float) -> tuple[Outcome, str]:
     if 400 <= status < 500:
         return Outcome.REJECTED, f"HTTP {status}: {detail}"
     return Outcome.UNREACHABLE, f"HTTP {status}: {detail}"
+
+
+def _shut_down(connection: http.client.HTTPConnection) -> None:
+    sock = connection.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed: the push ended on its own
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 # Builds the body of push number `sequence`, given `dropped` pushes given up on so far.

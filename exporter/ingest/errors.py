@@ -8,6 +8,8 @@ from typing import Literal, get_args
 
 from starlette.responses import JSONResponse
 
+from mirrorwatch.exporter.logs import RejectionLog
+
 Reason = Literal[
     "malformed_json",
     "unauthorized",
@@ -19,6 +21,9 @@ Reason = Literal[
     "invalid",
     "stale",
     "over_limit",
+    "headers_too_large",
+    "timeout",
+    "malformed_http",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 
@@ -35,27 +40,37 @@ class IngestError(Exception):
         # Further problems of the same request, as {"field", "message"}; first one included.
         self.details: list[dict[str, str]] = []
 
-    def response(self) -> JSONResponse:
-        """The JSON answer: ``{"error": ..., "reason": ..., "field": ..., "errors": [...]}``."""
+    def body(self) -> dict[str, object]:
+        """``{"error": ..., "reason": ..., "field": ..., "errors": [...]}``."""
         body: dict[str, object] = {"error": self.message, "reason": self.reason}
         if self.field is not None:
             body["field"] = self.field
         if self.details:
             body["errors"] = self.details
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        return JSONResponse(body, status_code=self.status, headers=headers)
+        return body
+
+    def response(self, close: bool = False) -> JSONResponse:
+        """The JSON answer; ``close`` ends the connection after it (a body left unread)."""
+        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else {}
+        if close:
+            headers["Connection"] = "close"
+        return JSONResponse(self.body(), status_code=self.status, headers=headers)
 
 
 class RejectionCounter:
     """Thread-safe running count of rejections by reason, every reason present from 0."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: RejectionLog | None = None) -> None:
         self._lock = threading.Lock()
         self._counts: dict[Reason, int] = dict.fromkeys(REASONS, 0)
+        self._log = log
 
-    def add(self, reason: Reason) -> None:
+    def add(self, reason: Reason, status: int = 0, client: str | None = None) -> None:
+        """Count one refusal, and log it unless this reason was logged moments ago."""
         with self._lock:
             self._counts[reason] += 1
+        if self._log is not None:
+            self._log.refused(reason, status, client)
 
     def counts(self) -> Mapping[Reason, int]:
         with self._lock:

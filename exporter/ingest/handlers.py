@@ -73,9 +73,13 @@ def http_error(exc: HTTPException) -> IngestError:
 def install_error_handlers(app: FastAPI, rejections: RejectionCounter) -> None:
     """JSON errors for the ingest paths, each counted by reason; a 5xx is never the client's."""
 
+    def count(request: Request, error: IngestError) -> None:
+        client = request.client.host if request.client else None
+        rejections.add(error.reason, error.status, client)
+
     async def on_ingest_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, IngestError)
-        rejections.add(exc.reason)
+        count(request, exc)
         return exc.response()
 
     async def on_validation_error(request: Request, exc: Exception) -> Response:
@@ -89,7 +93,7 @@ def install_error_handlers(app: FastAPI, rejections: RejectionCounter) -> None:
         if not is_ingest_path(request.scope["path"]):
             return await http_exception_handler(request, exc)
         error = http_error(exc)
-        rejections.add(error.reason)
+        count(request, error)
         response = error.response()
         response.headers.update(exc.headers or {})
         return response

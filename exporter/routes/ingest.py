@@ -61,15 +61,17 @@ class PushAccepted(BaseModel):
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     text = {
-        400: "malformed JSON",
+        400: "malformed JSON, not UTF-8, or no Host header",
         401: "missing or wrong bearer token",
         403: "no token configured and the client is not on loopback",
         404: "no such worker",
+        408: "the body was not received in time",
         409: "stale push: a late retry of an older sequence or an earlier session",
-        413: "body over 1 MiB",
+        413: "body over 1 MiB, a string over 1024 bytes, or more values than a snapshot has",
         415: "body not sent as application/json",
         422: "schema violation, or a counter that went down within a session",
         429: "over the run, worker or replica limit",
+        431: "request line and headers over the exporter's limit",
     }
     return {code: {"model": ErrorBody, "description": text[code]} for code in codes}
 
@@ -109,7 +111,7 @@ def publish_bearer_scheme(app: FastAPI) -> None:
 @router.put(
     WORKER_PATH,
     summary="Push one worker's full cumulative training snapshot (schema 1)",
-    responses=_errors(400, 401, 403, 409, 413, 415, 422, 429),
+    responses=_errors(400, 401, 403, 408, 409, 413, 415, 422, 429, 431),
     openapi_extra=_SECURED,
 )
 async def push_snapshot(

@@ -1,4 +1,4 @@
-"""The fast text renderer is byte-identical to prometheus_client's generate_latest."""
+"""The fast renderers are byte-identical to prometheus_client's text and OpenMetrics encoders."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from prometheus_client.core import (
     InfoMetricFamily,
 )
 from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.samples import Exemplar
 
 from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics
-from mirrorwatch.exporter.exposition import TextRenderer
+from mirrorwatch.exporter.exposition import OpenMetricsRenderer, TextRenderer
 from mirrorwatch.exporter.simulate.backend import SimulatedBackend
 from mirrorwatch.exporter.simulate.scenario import load_scenario
 
@@ -33,6 +35,29 @@ def reference(families: list[Metric]) -> bytes:
     return generate_latest(registry)
 
 
+def reference_openmetrics(families: list[Metric]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Fixed(families))
+    encoded: bytes = openmetrics.generate_latest(registry)  # type: ignore[no-untyped-call]
+    return encoded
+
+
+def awkward_families() -> list[Metric]:
+    gauge = GaugeMetricFamily("g", 'help with \\ and\nnewline "quoted"', labels=["a", "b"])
+    gauge.add_metric(['back\\slash "quote"\nnewline', "ü"], float("nan"))
+    gauge.add_metric(["inf", ""], float("inf"), timestamp=1700000000.5)
+    for number, value in enumerate((1234567.0, -123456.7, 1e16, 0.1, -0.0, 5e-324, float("-inf"))):
+        gauge.add_metric(["big", str(number)], value)
+    counter = CounterMetricFamily("c", "a counter", labels=["x"], created=None)
+    counter.add_metric(["1"], 1e21, created=1700000000.0)
+    counter.add_metric(["2"], 3.0)
+    histogram = HistogramMetricFamily("h", "a histogram", labels=["run"])
+    histogram.add_metric(["r"], [("0.001", 1), ("0.5", 3), ("+Inf", 4)], sum_value=1.25)
+    info = InfoMetricFamily("i", "an info", value={"version": "1.0"})
+    energy = GaugeMetricFamily("e_joules", "with a unit", value=2.5, unit="joules")
+    return [gauge, counter, histogram, info, energy, GaugeMetricFamily("empty", "e")]
+
+
 def test_simulated_host_renders_identically() -> None:
     backend = SimulatedBackend(load_scenario("nvlink-errors", gpus=4), clock=lambda: 90.0)
     families = list(GpuMetrics(backend, ExporterInfo("1", run_ttl_seconds=300)).collect())
@@ -42,17 +67,7 @@ def test_simulated_host_renders_identically() -> None:
 
 
 def test_awkward_values_types_and_help_render_identically() -> None:
-    gauge = GaugeMetricFamily("g", 'help with \\ and\nnewline "quoted"', labels=["a", "b"])
-    gauge.add_metric(['back\\slash "quote"\nnewline', "ü"], float("nan"))
-    gauge.add_metric(["inf", ""], float("inf"), timestamp=1700000000.5)
-    for number, value in enumerate((1234567.0, -123456.7, 1e16, 0.1, -0.0, 5e-324, float("-inf"))):
-        gauge.add_metric(["big", str(number)], value)
-    counter = CounterMetricFamily("c", "a counter", labels=["x"], created=None)
-    counter.add_metric(["1"], 1e21, created=1700000000.0)
-    histogram = HistogramMetricFamily("h", "a histogram", labels=["run"])
-    histogram.add_metric(["r"], [("0.001", 1), ("0.5", 3), ("+Inf", 4)], sum_value=1.25)
-    info = InfoMetricFamily("i", "an info", value={"version": "1.0"})
-    families: list[Metric] = [gauge, counter, histogram, info, GaugeMetricFamily("empty", "e")]
+    families = awkward_families()
     assert TextRenderer().render(families) == reference(families)
 
 
@@ -63,3 +78,32 @@ def test_the_label_cache_stays_bounded() -> None:
         gauge.add_metric([str(number)], number)
     assert renderer.render([gauge]) == reference([gauge])
     assert len(renderer._labels) <= 10
+
+
+def test_simulated_host_renders_identically_in_openmetrics() -> None:
+    backend = SimulatedBackend(load_scenario("nvlink-errors", gpus=4), clock=lambda: 90.0)
+    families = list(GpuMetrics(backend, ExporterInfo("1", run_ttl_seconds=300)).collect())
+    renderer = OpenMetricsRenderer()
+    assert renderer.render(families) == reference_openmetrics(families)
+    assert renderer.render(families) == reference_openmetrics(families)  # from the label cache
+
+
+def test_awkward_values_types_units_and_help_render_identically_in_openmetrics() -> None:
+    # Counters keep _total and _created in place, HELP escapes quotes, timestamps in seconds.
+    families = awkward_families()
+    rendered = OpenMetricsRenderer().render(families)
+    assert rendered == reference_openmetrics(families)
+    assert rendered.endswith(b"# EOF\n")
+    assert b'c_created{x="1"} 1.7e+09\n' in rendered
+
+
+def test_an_empty_scrape_is_just_eof_in_openmetrics() -> None:
+    assert OpenMetricsRenderer().render([]) == reference_openmetrics([]) == b"# EOF\n"
+
+
+def test_exemplars_go_through_prometheus_client_in_openmetrics() -> None:
+    counter = CounterMetricFamily("steps", "steps", labels=["run"])
+    counter.add_metric(["r"], 4.0)
+    counter.samples[0] = counter.samples[0]._replace(exemplar=Exemplar({"trace": "a"}, 1.0, 2.0))
+    families: list[Metric] = [counter, GaugeMetricFamily("g", "h", value=1.0)]
+    assert OpenMetricsRenderer().render(families) == reference_openmetrics(families)

@@ -6,11 +6,16 @@ import os
 import shutil
 import signal
 import subprocess
+import time
+from contextlib import ExitStack
+from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.dashboards.test_live import prometheus_binary, start_prometheus
 from tests.exporter.exporter_process import running_exporter
 
 # Every family of the contract's GPU table, as exposed (counters with _total).
@@ -114,3 +119,38 @@ def test_without_nvml_the_exporter_serves_up_zero_and_readyz_503() -> None:
     assert "mirrorwatch_up 0.0" in text.splitlines()
     assert not [line for line in text.splitlines() if line.startswith("mirrorwatch_gpu_")]
     assert code in CLEAN_EXIT, log
+
+
+def test_real_prometheus_scrapes_the_negotiated_format_up(tmp_path: Path) -> None:
+    # Debian's Prometheus 2.42 asks for OpenMetrics 1.0.0 first and for gzip
+    # (tests/exporter/test_negotiation.py), so this is the gzipped OpenMetrics path end to end.
+    with ExitStack() as stack:
+        exporter = stack.enter_context(
+            running_exporter(["--simulate", "healthy", "--gpus", "2"], wait_for="/readyz")
+        )
+        config = tmp_path / "prometheus.yml"
+        target = exporter.url.removeprefix("http://")
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s"},
+                    "scrape_configs": [
+                        {"job_name": "mirrorwatch", "static_configs": [{"targets": [target]}]}
+                    ],
+                }
+            ),
+            encoding="utf-8",
+        )
+        prometheus = start_prometheus(prometheus_binary(), tmp_path, config, stack)
+
+        def query(expr: str) -> list[dict[str, object]]:
+            body = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=5)
+            result: list[dict[str, object]] = body.json()["data"]["result"]
+            return result
+
+        deadline = time.monotonic() + 30
+        while not query('up{job="mirrorwatch"} == 1') or not query("mirrorwatch_gpu_up"):
+            assert time.monotonic() < deadline, (tmp_path / "prometheus.log").read_text()
+            time.sleep(0.5)
+        assert len(query("mirrorwatch_gpu_up == 1")) == 2
+        assert query("mirrorwatch_gpu_energy_joules_total")

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import gzip
+from collections.abc import Iterable, Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.metrics_core import Metric
 
 from mirrorwatch.exporter.app import create_app
 from mirrorwatch.exporter.backend import BackendStatus
+from mirrorwatch.exporter.exposition import OpenMetricsRenderer
+from mirrorwatch.exporter.routes import metrics as metrics_route
 from mirrorwatch.exporter.settings import Settings
 from tests.exporter.static_gpu import StaticBackend, StaticGpu
+from tests.exporter.test_negotiation import PROMETHEUS_2_55
 
 UUID1 = "GPU-11111111-1111-1111-1111-111111111111"
 
@@ -65,6 +70,57 @@ def test_metrics_serve_openmetrics_when_asked(client: TestClient) -> None:
     response = client.get("/metrics", headers={"Accept": "application/openmetrics-text"})
     assert response.headers["content-type"].startswith("application/openmetrics-text")
     assert response.text.endswith("# EOF\n")
+
+
+class FrozenRenderer:
+    """The route's OpenMetrics renderer, with collector durations held still between scrapes."""
+
+    def __init__(self) -> None:
+        self.body: bytes | None = None
+        self.renderer = OpenMetricsRenderer()
+
+    def render(self, families: Iterable[Metric]) -> bytes:
+        if self.body is None:
+            self.body = self.renderer.render(families)
+        return self.body
+
+
+def test_metrics_answer_prometheus_2_55_with_gzipped_openmetrics(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metrics_route, "_openmetrics", FrozenRenderer())
+    headers = {"Accept": PROMETHEUS_2_55, "Accept-Encoding": "gzip"}
+    # httpx would decode the body itself; the raw stream is what went over the wire.
+    with client.stream("GET", "/metrics", headers=headers) as response:
+        wire = b"".join(response.iter_raw())
+    plain = client.get("/metrics", headers={"Accept": PROMETHEUS_2_55, "Accept-Encoding": ""})
+    assert response.headers["content-type"] == (
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    )
+    assert response.headers["content-encoding"] == "gzip"
+    assert response.headers["vary"] == "Accept-Encoding, Accept"
+    assert "content-encoding" not in plain.headers
+    assert gzip.decompress(wire) == plain.content
+    assert plain.text.endswith("# EOF\n")
+    assert "mirrorwatch_gpu_utilization_ratio{" in plain.text
+
+
+def test_metrics_are_not_gzipped_when_gzip_is_refused(client: TestClient) -> None:
+    response = client.get("/metrics", headers={"Accept-Encoding": "gzip;q=0, identity"})
+    assert "content-encoding" not in response.headers
+    assert response.text.startswith("# HELP")
+
+
+def test_metrics_refuse_a_format_with_q_zero(client: TestClient) -> None:
+    response = client.get("/metrics", headers={"Accept": "application/openmetrics-text;q=0,*/*"})
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+
+
+def test_metrics_answer_406_when_no_format_is_acceptable(client: TestClient) -> None:
+    response = client.get("/metrics", headers={"Accept": "application/json,*/*;q=0"})
+    assert response.status_code == 406
+    assert response.headers["vary"] == "Accept-Encoding, Accept"
+    assert "application/openmetrics-text; version=1.0.0" in response.text
 
 
 def test_gpus_json_carries_the_same_values_as_metrics(client: TestClient) -> None:

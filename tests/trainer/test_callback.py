@@ -11,6 +11,7 @@ import pytest
 
 from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS
 from mirrorwatch.trainer import MirrorwatchCallback
+from mirrorwatch.trainer import callback as callback_module
 from tests.trainer.recorder import recording_exporter, silent_exporter, unused_url
 from tests.trainer.training import EXAMPLES, fit, tiny_model
 
@@ -172,3 +173,26 @@ def test_scaling_baseline_puts_speedup_and_efficiency_in_the_snapshot(strategy: 
     assert 1.0 < scaling.speedup < 2.5
     assert scaling.efficiency_ratio == pytest.approx(scaling.speedup / 2)
     assert exporter.snapshots[-1].steps_total == 4 * STEPS_PER_EPOCH
+
+
+def test_the_end_of_training_waits_for_the_final_push_one_second_in_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert callback_module.FINAL_PUSH_DEADLINE_SECONDS == 1.0
+    waits: list[float] = []
+    with silent_exporter() as url:
+        callback = MirrorwatchCallback(url=url, run="black-hole", interval=5.0)
+        stop = callback._pusher.stop
+
+        def spy(deadline_seconds: float) -> bool:
+            waits.append(deadline_seconds)
+            return stop(deadline_seconds)
+
+        monkeypatch.setattr(callback._pusher, "stop", spy)
+        callback._pusher.start()  # as on_train_begin does; its first push hangs at once
+        time.sleep(0.2)
+        started = time.monotonic()
+        callback.on_train_end()
+        elapsed = time.monotonic() - started
+    assert waits == [1.0]
+    assert elapsed < 1.8  # a black hole: accepts, never answers (was 2.0 s)

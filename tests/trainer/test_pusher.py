@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -173,3 +177,49 @@ def test_a_failing_snapshot_builder_never_kills_the_thread() -> None:
         pusher.stop(2.0)
     assert pusher.dropped_total == 1
     assert exporter.snapshots[-1].telemetry_dropped_total == 1
+
+
+@contextlib.contextmanager
+def trickling_exporter() -> Iterator[str]:
+    """Answers a byte every 0.1 s: each read succeeds, so only a total deadline ends a push."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with connection:
+                connection.recv(65536)
+                for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000:
+                    if stop.wait(0.1):
+                        return
+                    try:
+                        connection.sendall(bytes([byte]))
+                    except OSError:
+                        break
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(2)
+        listener.close()
+
+
+def test_put_is_bounded_in_all_not_per_socket_read() -> None:
+    with trickling_exporter() as url:
+        started = time.monotonic()
+        outcome, _ = put(endpoint(url), body(True, 1, 0), timeout=0.5)
+        elapsed = time.monotonic() - started
+    assert outcome is Outcome.UNREACHABLE
+    assert elapsed < 1.3  # each read got a byte within 0.5 s: per-read timeouts never fire
