@@ -21,19 +21,23 @@ SINCE ?= 1h
 ## setup: the virtual environment with the project and its test tools, plus promtool/amtool
 setup: install tools
 
+# tf-keras of the installed tensorflow-cpu's release, without its `tensorflow` requirement (a
+# second TensorFlow): the multi-worker trainer and its tests run on it (see pyproject.toml).
 $(VENV)/.deps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip "setuptools>=69" wheel
 	$(PIP) install -e '.[test]' --config-settings editable_mode=strict
+	$(PIP) install --no-deps "tf-keras==$$($(PY) -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')"
 	touch $@
 
 # The strict editable install links each source file, so it is refreshed to pick up new modules.
 install: $(VENV)/.deps
 	$(PIP) install --no-deps -e . --config-settings editable_mode=strict
 
-## tools: Prometheus, Alertmanager (with promtool, amtool), docker-compose and chromium from
-## Debian, when missing. docker-compose (v1, Python) only validates docker-compose.yml here: no
-## Docker engine. Chromium renders the run report in tests/report.
+## tools: Prometheus, Alertmanager (with promtool, amtool), docker-compose, chromium and
+## victoria-metrics (vmagent, vmalert: tests/fleet) from Debian, when missing. docker-compose
+## (v1, Python) only validates the compose files here: no Docker engine. Chromium renders the
+## run report in tests/report.
 tools:
 	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null \
 	    || ! command -v prometheus >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
@@ -46,6 +50,12 @@ tools:
 	  echo "installing Debian package chromium"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends chromium >/dev/null; \
+	fi
+	@if ! command -v victoria-metrics >/dev/null || ! command -v vmagent >/dev/null \
+	    || ! command -v vmalert >/dev/null; then \
+	  echo "installing Debian package victoria-metrics"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends victoria-metrics >/dev/null; \
 	fi
 
 ## test: lint, type checks and every test (CI runs this)
@@ -63,20 +73,33 @@ typecheck: install
 pytest: install tools
 	$(VENV)/bin/pytest
 
-## alerts: regenerate alerts/mirrorwatch.rules.yml from alerts/thresholds.yml and alerts/rules/
+## alerts: regenerate alerts/mirrorwatch.rules.yml from alerts/thresholds.yml and alerts/rules/,
+## and its PrometheusRule (deploy/kubernetes/prometheusrule.yaml)
 alerts: install
 	$(PY) -m mirrorwatch.alerts.build
+	$(PY) -m mirrorwatch.alerts.kubernetes
 
 ## dashboards: regenerate dashboards/json/*.json from the Python sources in dashboards/
 dashboards: install
 	$(PY) -m dashboards.build
 
-## bench: benchmarks; results land in bench/results/*.json
-bench: install
+## bench: benchmarks; results land in bench/results/*.json. The side-by-side with
+## nvitop-exporter installs it into its own environment (never .venv) and runs Debian's
+## Prometheus against both.
+NVITOP_VENV ?= build/bench/nvitop-venv
+bench: install tools
 	$(PY) bench/exporter_bench.py --out bench/results/exporter.json
+	@test -x $(NVITOP_VENV)/bin/nvitop-exporter || { $(PYTHON) -m venv $(NVITOP_VENV) \
+	  && $(NVITOP_VENV)/bin/python -m pip --disable-pip-version-check -q install \
+	  nvitop-exporter==1.7.2; }
+	$(PY) bench/peers_bench.py --nvitop $(NVITOP_VENV)/bin/nvitop-exporter \
+	  --out bench/results/peers.json
+	$(PY) bench/nvml_calls.py --nvitop $(NVITOP_VENV)/bin/nvitop-exporter \
+	  --out bench/results/nvml-calls.json
 	$(PY) bench/trainer_bench.py --out bench/results/trainer.json
 	$(PY) bench/ingest_bench.py --out bench/results/ingest.json
 	$(PY) bench/soak_bench.py --out bench/results/soak.json
+	$(PY) bench/scale_bench.py --out bench/results/scale.json
 
 ## demo: exporter (simulated dual-GPU host), trainer on 2 CPU replicas, Prometheus, Alertmanager
 ## and a receiver printing each notification; SCENARIO=name picks the scenario; Ctrl-C stops it

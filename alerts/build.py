@@ -25,6 +25,7 @@ from mirrorwatch.alerts.rules import (
     Record,
     exporter,
     links_errors,
+    processes,
     recording,
     thermal_power,
     training,
@@ -48,7 +49,12 @@ HEADER = """\
 AlertModule = Callable[[Thresholds], list[Alert]]
 # Rule group -> the area modules whose alerts it holds, in order.
 ALERT_GROUPS: dict[str, Sequence[AlertModule]] = {
-    "mirrorwatch.gpu": (utilization.alerts, thermal_power.alerts, links_errors.alerts),
+    "mirrorwatch.gpu": (
+        utilization.alerts,
+        thermal_power.alerts,
+        links_errors.alerts,
+        processes.alerts,
+    ),
     "mirrorwatch.training": (training.alerts,),
     "mirrorwatch.exporter": (exporter.alerts,),
 }

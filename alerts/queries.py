@@ -32,8 +32,14 @@ class Select:
 
 RULES = Select()
 
-GPU_KEY = "job, instance, gpu, uuid"
-WORKER_KEY = "job, instance, run, worker"
+# Every grouping keeps `cluster` and `host`: the external labels a per-host agent (vmagent,
+# Prometheus agent mode) adds before it remote-writes to a central store (deploy/fleet/,
+# docs/fleet.md). There every host's exporter may be `localhost:9848`, so `job, instance`
+# alone would merge hosts. On one Prometheus the two labels are absent and change nothing,
+# as kubernetes-mixin's `clusterLabel` groupings do.
+TARGET_KEY = "cluster, host, job, instance"
+GPU_KEY = "cluster, host, job, instance, gpu, uuid"
+WORKER_KEY = "cluster, host, job, instance, run, worker"
 
 # --- recording rules (level:metric:operation) ---------------------------------------------------
 
@@ -47,6 +53,21 @@ HOST_SPREAD = "instance:mirrorwatch_gpu_utilization_ratio:spread1m"
 THROTTLE = "instance_gpu:mirrorwatch_gpu_throttle_seconds:rate5m"
 THROUGHPUT = "instance_run:mirrorwatch_training_examples_per_second:sum"
 THROUGHPUT_BASELINE = "instance_run:mirrorwatch_training_examples_per_second:median1h"
+GPU_SM_ACTIVITY = "instance_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m"
+RUN_GPU_SM_ACTIVITY = "run_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m"
+# Per run GPU: SM activity (GPM) where every GPU of the run has it, else utilisation; the
+# `source` label says which (sm_activity, utilization). The run's spread is taken of this.
+RUN_GPU_BALANCE = "run_gpu:mirrorwatch_gpu_balance_ratio:avg1m"
+
+# --- exporter series the rules read by name -------------------------------------------------------
+
+FOREIGN_COUNT = "mirrorwatch_gpu_foreign_processes"
+FOREIGN_MEMORY = "mirrorwatch_gpu_foreign_processes_memory_used_bytes"
+# A run across hosts (MultiWorkerMirroredStrategy): each worker reports its own share of the
+# examples, so the run's throughput is their sum; its steps are every worker's (never summed).
+RUN_THROUGHPUT = "run:mirrorwatch_training_examples_per_second:sum"
+RUN_THROUGHPUT_BASELINE = "run:mirrorwatch_training_examples_per_second:median1h"
+RUN_WORKERS = "run:mirrorwatch_training_active:count"
 
 # --- clock-event (throttle) reasons ---------------------------------------------------------------
 
@@ -124,6 +145,11 @@ def _grouped(expr: str) -> str:
 # --- GPUs ---------------------------------------------------------------------------------------
 
 
+def foreign_processes(s: Select) -> str:
+    """Processes on each GPU of a run that are not the run's (count), by the exporter's match."""
+    return f"max by ({GPU_KEY}, run) ({s(FOREIGN_COUNT)})"
+
+
 def memory_used_ratio(s: Select) -> str:
     """Memory in use as a share of the GPU's total, by the driver's count."""
     return f"{s('mirrorwatch_gpu_memory_used_bytes')} / {s('mirrorwatch_gpu_memory_total_bytes')}"
@@ -132,6 +158,20 @@ def memory_used_ratio(s: Select) -> str:
 def throttle_fraction(s: Select, window: str) -> str:
     """Seconds throttled per second: the share of time each reason held the clocks back."""
     return rate(s("mirrorwatch_gpu_throttle_seconds_total"), window)
+
+
+def throttle_share_of_window(s: Select, window: str, window_seconds: int) -> str:
+    """Seconds throttled per second of the last ``window``: ``throttle_fraction`` for a rule,
+    written to mean the same in PromQL and in VictoriaMetrics' MetricsQL (vmalert).
+
+    PromQL's rate() is its increase() over the window divided by the window's length; MetricsQL's
+    divides by the time its samples span, without extrapolation
+    (https://docs.victoriametrics.com/metricsql/#rate). For a series younger than the window
+    (a new exporter, a GPU back on the bus) or after a scrape gap they differ several times over
+    (tests/fleet/test_loopback.py shows it). Both stores' increase() counts the same rise, so
+    increase / window gives one answer in both, and in Prometheus exactly its rate().
+    """
+    return f"{increase(s('mirrorwatch_gpu_throttle_seconds_total'), window)} / {window_seconds}"
 
 
 def energy_kwh_per_hour(s: Select, window: str) -> str:
@@ -190,25 +230,26 @@ def busy_gpus(busy: float) -> str:
 
 def busy_unassigned(busy: float) -> str:
     """Busy GPUs that belong to no active run: the host-level balance looks at these."""
-    return f"({busy_gpus(busy)} unless on (job, instance, uuid) {ACTIVE_REPLICA})"
+    return f"({busy_gpus(busy)} unless on (cluster, host, job, instance, uuid) {ACTIVE_REPLICA})"
 
 
 def busy_temperature(busy: float) -> str:
     """The temperature of each busy GPU."""
-    return f"(mirrorwatch_gpu_temperature_celsius and on (job, instance, uuid) {busy_gpus(busy)})"
+    return f"(mirrorwatch_gpu_temperature_celsius and on ({TARGET_KEY}, uuid) {busy_gpus(busy)})"
 
 
 # --- training runs ------------------------------------------------------------------------------
 
 
 def run_gpus(s: Select) -> str:
-    """The (job, instance, uuid) of the GPUs the selected runs report, to filter GPU series."""
-    return f"max by (job, instance, uuid) ({s('mirrorwatch_training_replica_info')})"
+    """The (cluster, host, job, instance, uuid) of the GPUs the selected runs report, to filter
+    GPU series."""
+    return f"max by (cluster, host, job, instance, uuid) ({s('mirrorwatch_training_replica_info')})"
 
 
 def of_run(expr: str, runs: Select) -> str:
     """The GPU series of ``expr`` that belong to the runs ``runs`` selects."""
-    return f"({expr}) and on (job, instance, uuid) {run_gpus(runs)}"
+    return f"({expr}) and on (cluster, host, job, instance, uuid) {run_gpus(runs)}"
 
 
 def replica_memory() -> str:
@@ -274,7 +315,7 @@ def run_alerts(host: Select, run_matcher: str) -> str:
     """Alerts that name the selected run, and alerts on the GPUs the run reports."""
     own = firing_alerts(host, run_matcher)
     gpus = run_gpus(host.where(run_matcher))
-    return f"{own} or ({firing_alerts(host)} and on (job, instance, uuid) {gpus})"
+    return f"{own} or ({firing_alerts(host)} and on (cluster, host, job, instance, uuid) {gpus})"
 
 
 # --- the run report: one range [end - window, end], asked at its end ----------------------------
@@ -385,8 +426,9 @@ def all_gpus_below(s: Select, window: str, ratio: float) -> str:
 
 
 def training_steps(s: Select, window: str) -> str:
-    """The run's steps so far (the counters are running totals since the run started)."""
-    return f"sum by (run) (max_over_time({s('mirrorwatch_training_steps_total')}[{window}]))"
+    """The run's steps so far (the counters are running totals since the run started). Every
+    worker of a multi-worker run counts the same synchronous steps: the most, not the sum."""
+    return f"max by (run) (max_over_time({s('mirrorwatch_training_steps_total')}[{window}]))"
 
 
 def scaling(s: Select, metric: Literal["speedup", "efficiency_ratio"], window: str) -> str:

@@ -148,6 +148,7 @@ class Thresholds(BaseModel):
     GpuEccUncorrectable: AlertSettings
     GpuMemoryNearlyFull: MemoryFull
     GpuTemperatureSpread: TemperatureSpread
+    GpuSharedWithForeignProcess: AlertSettings  # beyond the contract's list (issue 13)
     GpuMissing: Missing
     GpuLost: AlertSettings
     TrainingStalled: Stalled

@@ -33,8 +33,12 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
 
 TITLE = "Fleet"
-PER_HOST = "by (job, instance)"
+# One row per host at a central store too: there `cluster` and `host` (the agents' external
+# labels, deploy/fleet/) tell hosts apart whose exporters are all `localhost:9848`. On a
+# single-host Prometheus both are absent and the rows are the same.
+PER_HOST = f"by ({q.TARGET_KEY})"
 SLOWDOWN = q.reasons(q.SLOWDOWN_REASONS)
+HAS_INSTANCE = 'instance!=""'
 
 
 def or_zero(expr: str) -> str:
@@ -74,7 +78,9 @@ def hosts_table(t: Thresholds) -> Any:
         f"max {PER_HOST} ({GPU('mirrorwatch_gpu_temperature_celsius')})",
         f"min {PER_HOST} ({q.slowdown_headroom(GPU)})",
         f"max {PER_HOST} ({GPU('mirrorwatch_gpu_clocks_event_active', SLOWDOWN)})",
-        or_zero(f"count {PER_HOST} ({firing_alerts()})"),
+        # Alerts of a host only: Watchdog (and an absent exporter) name no instance, and would
+        # make a row of their own.
+        or_zero(f"count {PER_HOST} ({q.firing_alerts(HOST, HAS_INSTANCE)})"),
         or_zero(f"count {PER_HOST} ({RUN('mirrorwatch_training_active')} == 1)"),
     ]
     return table_panel(
@@ -95,7 +101,7 @@ def hosts_table(t: Thresholds) -> Any:
                 organize(
                     exclude=["Time"],
                     rename=columns,
-                    order=["job", "instance", *columns.values()],
+                    order=["cluster", "host", "job", "instance", *columns.values()],
                 ),
             ],
             overrides=[
@@ -212,7 +218,7 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
                                 "none",
                                 [
                                     Query(
-                                        f"sum {PER_HOST} (max by (job, instance, gpu) ("
+                                        f"sum {PER_HOST} (max by ({q.TARGET_KEY}, gpu) ("
                                         + GPU("mirrorwatch_gpu_clocks_event_active", SLOWDOWN)
                                         + "))",
                                         "{{instance}}",

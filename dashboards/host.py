@@ -6,6 +6,7 @@ from typing import Any
 
 from dashboards.host_gpus import by_gpu, thermal_row, throttle_row, utilisation_row
 from dashboards.host_links import errors_row, links_row
+from dashboards.host_processes import processes_row
 from dashboards.kinds import (
     alerts_table,
     amount_series,
@@ -165,6 +166,7 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
                 utilisation_row(t),
                 thermal_row(t),
                 throttle_row(t),
+                processes_row(),
                 links_row(t),
                 errors_row(t),
                 exporter_row(),

@@ -180,6 +180,44 @@ def balance_row(t: Thresholds) -> Row:
     )
 
 
+def sharing_row(t: Thresholds) -> Row:
+    shared = t.GpuSharedWithForeignProcess
+    return Row(
+        "SM activity and other processes",
+        [
+            ratio_series(
+                "SM activity against utilisation (GPM)",
+                "1-minute mean GPM SM activity (share of SMs busy; Hopper and later) of each "
+                "GPU of the run, beside its utilisation. Where every GPU of the run "
+                "has SM activity, GpuUtilizationImbalance measures the spread in it (label "
+                "source=sm_activity): it shows a starved replica that utilisation hides. "
+                "Empty on GPUs without GPM.",
+                [
+                    Query(RUN_GPU(q.RUN_GPU_SM_ACTIVITY), f"{PER_GPU} SM activity"),
+                    Query(RUN_GPU(q.RUN_GPU_UTIL), f"{PER_GPU} utilisation"),
+                ],
+            ),
+            amount_series(
+                "Foreign processes on the run's GPUs",
+                "Processes on each GPU of the run that are not its workers (matched by the pid "
+                f"the callback reports). Above 0 for {shared.hold_in_words}: "
+                "GpuSharedWithForeignProcess. Empty when the exporter cannot match the run's "
+                "pids (docs/api.md).",
+                "short",
+                [Query(RUN_GPU(q.FOREIGN_COUNT), PER_GPU)],
+            ),
+            amount_series(
+                "Foreign process memory",
+                "Device memory those processes hold on each GPU of the run: memory the "
+                "run's replica there cannot have. GPU host → Process memory (top N) names them.",
+                "bytes",
+                [Query(RUN_GPU(q.FOREIGN_MEMORY), PER_GPU)],
+                fill_opacity=10,
+            ),
+        ],
+    )
+
+
 def scaling_row(t: Thresholds) -> Row:
     efficiency = t.TrainingScalingEfficiencyLow
     target = efficiency.efficiency_ratio
@@ -304,7 +342,13 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
                 "scaling, memory, throttling and temperature, with the alerts firing for it."
             ),
             variables=standard_variables(gpu_query=RUN_GPUS_QUERY, one_run=True),
-            rows=[throughput_row(t), balance_row(t), scaling_row(t), gpus_row(t)],
+            rows=[
+                throughput_row(t),
+                balance_row(t),
+                sharing_row(t),
+                scaling_row(t),
+                gpus_row(t),
+            ],
             links=[
                 dashboard_link("GPU host", GPU_HOST_UID, "Every GPU of the selected host(s)"),
                 dashboard_link("Fleet", FLEET_UID, "All hosts at a glance"),

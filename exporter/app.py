@@ -39,6 +39,7 @@ def create_app(settings: Settings, backend: GpuBackend, clock: Clock | None = No
             version=__version__,
             run_ttl_seconds=settings.run_ttl,
             expected_gpus=settings.expected_gpus,
+            top_processes=settings.top_processes,
         ),
         select_collectors(settings.collectors),
     )

@@ -89,6 +89,47 @@ class NvlinkCounters:
     errors: Mapping[NvlinkErrorType, float]
 
 
+ProcessType = Literal["compute", "graphics"]
+PROCESS_TYPES: tuple[ProcessType, ...] = ("compute", "graphics")
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One process with a context on the GPU (nvmlDeviceGet{Compute,Graphics}RunningProcesses).
+
+    ``pid`` is in the host's (initial) PID namespace, as the driver reports it whatever the
+    caller's namespace; ``name`` is "" when it cannot be read. ``used_memory_bytes`` is None
+    where NVML does not report it (NVML_VALUE_NOT_AVAILABLE), ``sm_utilization_ratio`` where
+    nvmlDeviceGetProcessUtilization has no sample of the process.
+    """
+
+    pid: int
+    name: str
+    type: ProcessType
+    used_memory_bytes: float | None
+    sm_utilization_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuProcesses:
+    """The processes on a GPU now: counts of the types NVML answered, and each process once
+    (a process in both lists is listed once, as compute)."""
+
+    counts: Mapping[ProcessType, int]
+    processes: Sequence[GpuProcess]
+
+
+@dataclass(frozen=True)
+class GpmReading:
+    """GPU Performance Monitoring metrics (Hopper and later) over the last sampling interval,
+    ratios 0..1; a metric the GPU did not answer is None."""
+
+    sm_activity_ratio: float | None
+    sm_occupancy_ratio: float | None
+    tensor_activity_ratio: float | None
+    dram_activity_ratio: float | None
+
+
 @dataclass(frozen=True)
 class PeerLink:
     """How this GPU reaches another GPU of the host (static topology)."""
@@ -179,6 +220,14 @@ class GpuDevice(Protocol):
         ...
 
     def peers(self) -> Sequence[PeerLink]: ...
+
+    def processes(self) -> GpuProcesses | None:
+        """The processes on the GPU; None where NVML lists neither compute nor graphics ones."""
+        ...
+
+    def gpm(self) -> GpmReading | None:
+        """The latest GPM metrics; None where the GPU has no GPM or no interval is done yet."""
+        ...
 
 
 class GpuBackend(Protocol):

@@ -6,10 +6,15 @@ label name of every sample on every scrape; the exporter's metric and label name
 code and always valid legacy names (which every OpenMetrics escaping scheme but `dots` leaves
 as they are), so these renderers only escape label values and cache each distinct label set's
 text. On an 8-GPU host that is about a third of the scrape's CPU.
+
+Two shortcuts skip even that: a ``LabelSet`` (the collectors' label dicts) carries its own
+rendered text, and a family marked static (``mark_static``: identity, limits, topology) is
+rendered once per format and its text reused for as long as the same family object is yielded.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry
@@ -34,14 +39,81 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
+def _render_labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    pairs = sorted(labels.items())
+    return "{" + ",".join(f'{k}="{_escape_value(v)}"' for k, v in pairs) + "}"
+
+
+class LabelSet(dict[str, str]):
+    """A sample's labels with their exposition text (the same in both formats), made once.
+
+    Never mutate one after ``label_set`` built it: collectors share them between scrapes.
+    """
+
+    __slots__ = ("text",)
+    text: str
+
+
+def label_set(labels: dict[str, str]) -> LabelSet:
+    made = LabelSet(labels)
+    made.text = _render_labels(made)
+    return made
+
+
+_STATIC = "_mirrorwatch_static"
+
+
+def mark_static(family: Metric) -> Metric:
+    """Mark ``family`` as never changing again: the renderers may reuse its text.
+
+    The caller promises not to change the family (or its samples) after this; a changed
+    family must be a new object.
+    """
+    setattr(family, _STATIC, True)
+    return family
+
+
+class _StaticTexts:
+    """The rendered text of each static family, by object; bounded, and kept with its family
+    so that an id is never reused while cached."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._lock = threading.Lock()
+        self._texts: dict[int, tuple[Metric, str]] = {}
+        self._size = size
+
+    def get(self, family: Metric) -> str | None:
+        if not getattr(family, _STATIC, False):
+            return None
+        found = self._texts.get(id(family))
+        return found[1] if found is not None and found[0] is family else None
+
+    def put(self, family: Metric, text: str) -> None:
+        if getattr(family, _STATIC, False):
+            with self._lock:
+                if len(self._texts) >= self._size:
+                    self._texts.clear()
+                self._texts[id(family)] = (family, text)
+
+
 class _LabelCache:
-    """A bounded cache of label-set strings, kept between scrapes."""
+    """A renderer's state kept between scrapes: label-set strings (bounded) and static texts.
+
+    Subclasses render one family (``_family``) and say what ends a scrape (``_end``).
+    """
+
+    _end = ""
 
     def __init__(self, cache_size: int = 50_000) -> None:
         self._labels: dict[tuple[tuple[str, str], ...], str] = {}
         self._cache_size = cache_size
+        self._static = _StaticTexts()
 
     def _label_text(self, labels: dict[str, str]) -> str:
+        if type(labels) is LabelSet:
+            return labels.text
         if not labels:
             return ""
         # A family adds its labels in one fixed order, so the unsorted items are a fine key.
@@ -50,43 +122,54 @@ class _LabelCache:
         if text is None:
             if len(self._labels) >= self._cache_size:  # label churn: start afresh, stay bounded
                 self._labels.clear()
-            pairs = sorted(key)
-            text = "{" + ",".join(f'{k}="{_escape_value(v)}"' for k, v in pairs) + "}"
-            self._labels[key] = text
+            text = self._labels[key] = _render_labels(labels)
         return text
+
+    def render(self, families: Iterable[Metric]) -> bytes:
+        output: list[str] = []
+        for family in families:
+            text = self._static.get(family)
+            if text is None:
+                text = self._family(family)
+                self._static.put(family, text)
+            output.append(text)
+        output.append(self._end)
+        return "".join(output).encode("utf-8")
+
+    def _family(self, family: Metric) -> str:
+        raise NotImplementedError
 
 
 class TextRenderer(_LabelCache):
     """Renders families to the Prometheus text format 0.0.4."""
 
-    def render(self, families: Iterable[Metric]) -> bytes:
+    def _family(self, family: Metric) -> str:
         output: list[str] = []
         label_text = self._label_text
-        for family in families:
-            name, kind = family.name, family.type
-            if kind == "counter":
-                name += "_total"
-            elif kind == "info":
-                name += "_info"
-            kind = _TEXT_TYPES.get(kind, "untyped" if kind == "unknown" else kind)
-            documentation = _escape_help(family.documentation)
-            output.append(f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n")
-            trailing: dict[str, list[str]] = {}
-            trailing_names = {family.name + suffix: suffix for suffix in _TRAILING_SUFFIXES}
-            for sample in family.samples:
-                line = f"{sample.name}{label_text(sample.labels)} {_go_float(sample.value)}"
-                if sample.timestamp is not None:
-                    line += f" {int(float(sample.timestamp) * 1000):d}"
-                suffix = trailing_names.get(sample.name)
-                if suffix is None:
-                    output.append(line + "\n")
-                else:  # OpenMetrics-only samples become their own gauge at the end
-                    trailing.setdefault(suffix, []).append(line + "\n")
-            for suffix, lines in sorted(trailing.items()):
-                extra = family.name + suffix
-                output.append(f"# HELP {extra} {documentation}\n# TYPE {extra} gauge\n")
-                output.extend(lines)
-        return "".join(output).encode("utf-8")
+        name, kind = family.name, family.type
+        if kind == "counter":
+            name += "_total"
+        elif kind == "info":
+            name += "_info"
+        kind = _TEXT_TYPES.get(kind, "untyped" if kind == "unknown" else kind)
+        documentation = _escape_help(family.documentation)
+        output.append(f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n")
+        trailing: dict[str, list[str]] = {}
+        trailing_names = {family.name + suffix: suffix for suffix in _TRAILING_SUFFIXES}
+        for sample in family.samples:
+            line = f"{sample.name}{label_text(sample.labels)} {_go_float(sample.value)}"
+            if sample.timestamp is not None:
+                line += f" {int(float(sample.timestamp) * 1000):d}"
+            suffix = trailing_names.get(sample.name)
+            if suffix is None:
+                output.append(line + "\n")
+            else:  # OpenMetrics-only samples become their own gauge at the end
+                trailing.setdefault(suffix, []).append(line + "\n")
+        for suffix, lines in sorted(trailing.items()):
+            extra = family.name + suffix
+            output.append(f"# HELP {extra} {documentation}\n# TYPE {extra} gauge\n")
+            output.extend(lines)
+        return "".join(output)
 
 
 def _go_float(value: float) -> str:
@@ -123,23 +206,22 @@ class OpenMetricsRenderer(_LabelCache):
     prometheus_client, so the output stays identical whatever a collector yields.
     """
 
-    def render(self, families: Iterable[Metric]) -> bytes:
+    _end = "# EOF\n"
+
+    def _family(self, family: Metric) -> str:
+        if any(s.exemplar or s.native_histogram for s in family.samples):
+            return _reference_openmetrics(family)
         output: list[str] = []
         label_text = self._label_text
-        for family in families:
-            if any(s.exemplar or s.native_histogram for s in family.samples):
-                output.append(_reference_openmetrics(family))
-                continue
-            name = family.name
-            help_text = _escape_value(family.documentation)
-            output.append(f"# HELP {name} {help_text}\n# TYPE {name} {family.type}\n")
-            if family.unit:
-                output.append(f"# UNIT {name} {family.unit}\n")
-            for sample in family.samples:
-                value = "" if sample.value is None else _go_float(sample.value)
-                line = f"{sample.name}{label_text(sample.labels)} {value}"
-                if sample.timestamp is not None:
-                    line += f" {sample.timestamp}"
-                output.append(line + "\n")
-        output.append("# EOF\n")
-        return "".join(output).encode("utf-8")
+        name = family.name
+        help_text = _escape_value(family.documentation)
+        output.append(f"# HELP {name} {help_text}\n# TYPE {name} {family.type}\n")
+        if family.unit:
+            output.append(f"# UNIT {name} {family.unit}\n")
+        for sample in family.samples:
+            value = "" if sample.value is None else _go_float(sample.value)
+            line = f"{sample.name}{label_text(sample.labels)} {value}"
+            if sample.timestamp is not None:
+                line += f" {sample.timestamp}"
+            output.append(line + "\n")
+        return "".join(output)

@@ -88,6 +88,13 @@ class Settings(BaseSettings):
         description="comma-separated collectors to run, or all",
         json_schema_extra={"metavar": "LIST"},
     )
+    top_processes: int = Field(
+        default=5,
+        ge=0,
+        le=64,
+        description="per-process series for this many processes per GPU, by memory",
+        json_schema_extra={"metavar": "N"},
+    )
     nvml_retry_max_seconds: float = Field(
         default=60.0,
         gt=0,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mirrorwatch.alerts.thresholds import Thresholds
-from mirrorwatch.report import hardware, workload
+from mirrorwatch.report import hardware, processes, workload
 from mirrorwatch.report.evidence import Ask, Finding, ordered
 from mirrorwatch.report.headline import headline
 
@@ -31,6 +31,7 @@ def analyse(ask: Ask, t: Thresholds) -> Analysis:
         *hardware.gpu_errors(ask),
         *hardware.throttling(ask, t),
         *hardware.pcie(ask, t),
+        *processes.foreign_processes(ask),
         *workload.imbalance(ask, t),
         *hardware.interconnect(ask),
         *hardware.temperature_headroom(ask, t),

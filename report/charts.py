@@ -29,6 +29,11 @@ def _gpu(series: Series) -> str:
     return f"GPU {series.label('gpu')}"
 
 
+# Charts of series only some hosts have (the foreign processes need the workers' pids): left
+# out of a page that has no data for them, rather than drawn empty.
+SHOWN_ONLY_WITH_DATA = frozenset({"foreign"})
+
+
 class Charts:
     """Draws each chart of a scope from range queries (one point per scope step)."""
 
@@ -76,11 +81,13 @@ class Charts:
             self.temperature,
             self.clocks,
             self.pcie,
+            self.foreign,
             self.throughput,
             self.step_time,
             self.alerts,
         )
-        return {chart.name: chart for chart in (make() for make in makers)}
+        drawn = (make() for make in makers)
+        return {c.name: c for c in drawn if c.lines or c.name not in SHOWN_ONLY_WITH_DATA}
 
     def utilization(self) -> Chart:
         sel, limit = self.scope.gpus_select, self.t.GpuUtilizationImbalance.spread_ratio
@@ -166,6 +173,19 @@ class Charts:
                     True,
                 ),
             ],
+        )
+
+    def foreign(self) -> Chart:
+        sel = self.scope.gpus_select
+        if self.scope.run:
+            sel = sel.where(f'run="{self.scope.run}"')
+        return self._lines(
+            "foreign",
+            "Memory of processes that are not the run's",
+            "Device memory held on each GPU of the run by processes other than its workers "
+            "(mirrorwatch_gpu_foreign_processes_memory_used_bytes).",
+            "bytes",
+            [(f"max by (instance, gpu) ({sel(q.FOREIGN_MEMORY)})", _gpu, False)],
         )
 
     def throughput(self) -> Chart:

@@ -24,20 +24,21 @@ KINDS = (
     "foreign_process",
     "none",
 )
-# Most important first: what breaks a GPU, then what slows one down, then what that causes (an
-# imbalance is usually the symptom of one of the above), then what only warns.
+# Most important first: what breaks a GPU, then what slows one down (a process that is not
+# the run's taking its SMs too), then what that causes (an imbalance is usually the symptom of
+# one of the above), then what only warns.
 _ORDER = (
     "gpu_error",
     "hardware_slowdown",
     "thermal_throttling",
     "power_capping",
     "pcie_degraded",
+    "foreign_process",
     "imbalance",
     "interconnect",
     "input_bound",
     "temperature_headroom",
     "telemetry_gap",
-    "foreign_process",
     "none",
 )
 

@@ -61,6 +61,8 @@ def format_value(value: float, unit: str) -> str:
         return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.1f} s"
     if unit == "per_second":
         return f"{value:,.0f}/s"
+    if unit == "bytes":
+        return f"{value / 1024**3:.1f} GiB"
     return f"{value:.3g}"
 
 

@@ -7,6 +7,10 @@
 # contract whether this host exposes it. Exits non-zero when the exporter never gets ready,
 # the scrape fails, promtool rejects it, or a collector reports failure.
 #
+# Then (scripts/gpu_features.py) reports whether each GPU supports per-process utilisation and
+# GPM, with each call's cost, and checks the exporter shows GPM on exactly the GPUs that have
+# it (after its 15 s sampling interval).
+#
 # Then (scripts/gpu_train_smoke.py) trains under MirroredStrategy on GPU 0 split into two
 # logical GPUs, the callback pushing to that exporter, and checks replica_info carries GPU 0's
 # real UUID and that its series move. About 2 minutes in all.
@@ -129,6 +133,10 @@ families=(
   mirrorwatch_gpu_xid_errors_total
   mirrorwatch_gpu_xid_last_event_timestamp_seconds
   mirrorwatch_gpu_p2p_link_info
+  mirrorwatch_gpu_processes
+  mirrorwatch_gpu_processes_memory_used_bytes
+  mirrorwatch_gpu_process_memory_used_bytes
+  mirrorwatch_gpu_process_sm_utilization_ratio
 )
 printf '%-48s %s\n' "metric family" "exposed on this GPU"
 for family in "${families[@]}"; do
@@ -143,6 +151,31 @@ for family in "${families[@]}"; do
 done
 echo "(see docs/metrics.md for which GPUs and drivers support each family)"
 
+# Per-process readings and GPM: what NVML says this host supports, and that the exporter
+# publishes GPM for exactly those GPUs (its background sampler needs two samples 15 s apart).
+python="${PYTHON:-}"
+if [[ -z "$python" ]]; then
+  if [[ -x "$repo_root/.venv/bin/python" ]]; then python="$repo_root/.venv/bin/python"; else python=python3; fi
+fi
+echo
+"$python" "$repo_root/scripts/gpu_features.py" >"$workdir/features.txt" \
+  || fail "scripts/gpu_features.py could not ask NVML"
+grep -v '^gpm-gpus:' "$workdir/features.txt"
+gpm_gpus="$(sed -nE 's/^gpm-gpus: *//p' "$workdir/features.txt")"
+if [[ -n "$gpm_gpus" ]]; then
+  sleep 17
+  curl -sf "$base_url/metrics" -o "$metrics" || fail "GET /metrics failed"
+  for gpu in $gpm_gpus; do
+    grep -qE "^mirrorwatch_gpu_sm_activity_ratio\{.*gpu=\"$gpu\"" "$metrics" \
+      || fail "GPU $gpu supports GPM but the exporter shows no mirrorwatch_gpu_sm_activity_ratio"
+  done
+  echo "gpu-smoke: GPM series present for GPU(s) $gpm_gpus"
+elif grep -qE '^mirrorwatch_gpu_sm_activity_ratio\{' "$metrics"; then
+  fail "no GPU supports GPM, yet the exporter shows GPM series"
+else
+  echo "gpu-smoke: no GPU here supports GPM; its series are absent, as they should be"
+fi
+
 failed_collectors="$(grep -E '^mirrorwatch_exporter_collector_success\{.*\} 0(\.0)?$' "$metrics" \
   | sed -nE 's/.*collector="([^"]*)".*/\1/p' || true)"
 if [[ -n "$failed_collectors" ]]; then
@@ -152,10 +185,6 @@ fi
 
 # A real fit on this GPU, split into two logical GPUs, pushing to the exporter above.
 if [[ "${SMOKE_TRAIN:-1}" == "1" ]]; then
-  python="${PYTHON:-}"
-  if [[ -z "$python" ]]; then
-    if [[ -x "$repo_root/.venv/bin/python" ]]; then python="$repo_root/.venv/bin/python"; else python=python3; fi
-  fi
   "$python" -c "import tensorflow, mirrorwatch.trainer" 2>/dev/null \
     || fail "$python cannot import tensorflow and mirrorwatch.trainer: install tensorflow[and-cuda] and mirrorwatch (or SMOKE_TRAIN=0)"
   echo

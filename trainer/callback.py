@@ -14,10 +14,9 @@ import time
 import uuid
 from typing import Any
 
-import keras
-
 from mirrorwatch.exporter.vocabulary import MAX_WORKER, RUN_RULE, is_run_id
 from mirrorwatch.trainer import tf_devices
+from mirrorwatch.trainer.keras_api import keras
 from mirrorwatch.trainer.meter import StepMeter, finite_loss
 from mirrorwatch.trainer.pusher import Endpoint, Pusher
 from mirrorwatch.trainer.snapshot import SnapshotBuilder
@@ -29,10 +28,22 @@ DEFAULT_URL = "http://127.0.0.1:9848"
 FINAL_PUSH_DEADLINE_SECONDS = 1.0
 
 
-def _worker_from_tf_config() -> int:
+def worker_from_tf_config(tf_config: str | None) -> int:
+    """This task's worker number from a ``TF_CONFIG`` value, 0 without one.
+
+    The task index, numbered as TensorFlow numbers the workers of a cluster
+    (``multi_worker_util.id_in_cluster``): a ``chief`` is 0 and comes first, so where the
+    cluster has one, ``worker`` task i is i + 1. Every worker of the run gets its own number.
+    """
     try:
-        index = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {}).get("index", 0)
-        return int(index)
+        config = json.loads(tf_config or "{}")
+        task = config.get("task") or {}
+        index = int(task.get("index", 0))
+        if task.get("type") == "chief":
+            return 0
+        if task.get("type") == "worker":
+            return index + len((config.get("cluster") or {}).get("chief") or [])
+        return index
     except (ValueError, TypeError, AttributeError):
         return 0
 
@@ -68,8 +79,14 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
             Keras's callback parameters where Keras provides it; otherwise example counts and
             examples/s are not reported (steps still are).
         interval: Seconds between pushes.
-        worker: This worker's index, 0 to 1023. Defaults to the task index in ``TF_CONFIG``,
-            else 0.
+        worker: This worker's index, 0 to 1023. Defaults to the task index in ``TF_CONFIG``
+            (numbered as TensorFlow numbers the cluster's workers: a ``chief`` first), else 0.
+
+    It subclasses the Keras that TensorFlow's ``tf.keras`` is in this process: tf_keras where
+    ``TF_USE_LEGACY_KERAS=1`` (which ``MultiWorkerMirroredStrategy`` needs), else Keras 3
+    (:mod:`mirrorwatch.trainer.keras_api`). Under ``MultiWorkerMirroredStrategy`` each worker
+    reports the run's steps and its own share of the examples (docs/api.md, "Multi-worker
+    runs"), so the workers' reports add up to the run without counting anything twice.
 
     Example:
 
@@ -104,7 +121,9 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         super().__init__()
         self.url = url or os.environ.get("MIRRORWATCH_URL") or DEFAULT_URL
         self.run = run or os.environ.get("MIRRORWATCH_RUN") or f"run-{uuid.uuid4().hex[:12]}"
-        self.worker = _worker_from_tf_config() if worker is None else int(worker)
+        if worker is None:
+            worker = worker_from_tf_config(os.environ.get("TF_CONFIG"))
+        self.worker = int(worker)
         if not is_run_id(self.run):
             raise ValueError(f"run must be {RUN_RULE}, got {self.run!r}")
         if not 0 <= self.worker <= MAX_WORKER:
@@ -123,6 +142,7 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         self._pusher = Pusher(
             self._endpoint, self._snapshots.body, self.interval, self._snapshots.find_gpus
         )
+        self._loss_replicas = 1  # replicas whose losses the framework adds up in batch logs
         self._warned: set[str] = set()
         self._warned_lock = threading.Lock()  # batch-end hooks may run on Keras's workers
         self._pusher_lock = threading.Lock()
@@ -153,11 +173,14 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         try:
             self._meter.begin_training()
             strategy = self.model.distribute_strategy
+            if getattr(self.model, "distribute_reduction_method", None) in (None, "auto", "sum"):
+                self._loss_replicas = tf_devices.batch_log_replicas(strategy, keras.__name__)
             self._snapshots.describe_job(
                 model=self.model.name,
-                strategy=type(strategy).__name__.lstrip("_"),
+                strategy=tf_devices.strategy_name(strategy),
                 replica_devices=tf_devices.replica_devices(strategy),
                 batch_size=(self.params or {}).get("batch_size"),
+                replicas_in_sync=tf_devices.replicas_in_sync(strategy),
             )
             with self._pusher_lock:
                 self._pusher.start()
@@ -181,7 +204,11 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         now = time.perf_counter()
         try:
             loss = logs.get("loss") if logs else None
-            self._meter.end_step(batch, now, None if loss is None else finite_loss(loss))
+            if loss is not None:
+                loss = finite_loss(loss)
+                if loss is not None and self._loss_replicas > 1:
+                    loss /= self._loss_replicas  # tf_keras summed it over the cluster
+            self._meter.end_step(batch, now, loss)
         except Exception as error:
             self._warn_once("on_train_batch_end", error)
 

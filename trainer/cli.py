@@ -3,6 +3,8 @@
 Synthetic data by default (nothing is downloaded). Without GPUs it trains on ``--cpu-replicas``
 logical CPU devices, so the whole pipeline can be shown on any machine; ``--devices gpu`` refuses
 to start instead, where training on CPUs would be a silent mistake (the GPU host's trainer).
+``--multi-worker`` trains one worker of a MultiWorkerMirroredStrategy cluster (``TF_CONFIG``,
+or ``--cluster`` and ``--task-index``) on tf_keras.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from mirrorwatch.exporter.vocabulary import RUN_RULE, is_run_id
 MODELS = ("cnn", "resnet50", "transformer")  # see mirrorwatch.trainer.models
 DEVICES = ("auto", "gpu", "cpu")  # see mirrorwatch.trainer.training.mirrored_strategy
 
+MULTI_WORKER_ONLY = ("--cluster", "--task-index")
+KERAS_20585 = (
+    "Keras 3 cannot fit under MultiWorkerMirroredStrategy "
+    "(https://github.com/keras-team/keras/issues/20585): it trains on tf_keras"
+)
 KERAS_19246 = (
     "--steps-per-execution must be 1 under MirroredStrategy: larger values fail in this Keras "
     "(https://github.com/keras-team/keras/issues/19246)"
@@ -38,6 +45,16 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _index(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
     return value
 
 
@@ -84,6 +101,18 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="train --steps steps on 1 replica, then on all; report speedup and efficiency",
     )
+    p.add_argument(
+        "--multi-worker",
+        action="store_true",
+        help="train as one worker of a MultiWorkerMirroredStrategy cluster, on tf_keras "
+        "(the cluster from $TF_CONFIG, or from --cluster and --task-index)",
+    )
+    p.add_argument(
+        "--cluster", help="with --multi-worker: every worker's HOST:PORT, comma-separated"
+    )
+    p.add_argument(
+        "--task-index", type=_index, help="with --cluster: this worker's place in it, from 0"
+    )
     p.add_argument("--url", help="exporter URL (default $MIRRORWATCH_URL or 127.0.0.1:9848)")
     p.add_argument("--run", help="run id (default $MIRRORWATCH_RUN or a fresh id)")
     p.add_argument("--token-file", help="file with the ingest token ($MIRRORWATCH_INGEST_TOKEN)")
@@ -110,10 +139,77 @@ def _token(args: argparse.Namespace) -> str | None:
     return token
 
 
+def _cluster_tf_config(cluster: str, task_index: int | None) -> str:
+    """The ``TF_CONFIG`` of worker ``task_index`` of the ``--cluster`` workers."""
+    workers = [address.strip() for address in cluster.split(",")]
+    for address in workers:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            _fail(f"--cluster: {address!r} is not HOST:PORT")
+    if len(set(workers)) < len(workers):
+        _fail("--cluster: a worker is listed twice")
+    if task_index is None:
+        _fail("--task-index is required with --cluster")
+    if task_index >= len(workers):
+        _fail(f"--task-index {task_index} is not one of the {len(workers)} workers of --cluster")
+    return json.dumps(
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": task_index}}
+    )
+
+
+def _check_tf_config(tf_config: str | None) -> None:
+    """What MultiWorkerMirroredStrategy needs of ``TF_CONFIG``, said before TensorFlow starts."""
+    if not tf_config:
+        _fail("--multi-worker needs TF_CONFIG in the environment, or --cluster and --task-index")
+    try:
+        config = json.loads(tf_config)
+        cluster, task = config["cluster"], config["task"]
+        members = cluster[task["type"]]
+        index = int(task["index"])
+    except (ValueError, TypeError, KeyError) as error:
+        _fail(f"--multi-worker: TF_CONFIG is not a cluster and task of it: {error!r}")
+    if not isinstance(members, list) or not 0 <= index < len(members):
+        _fail(f"--multi-worker: TF_CONFIG's task {task['type']}:{index} is not in its cluster")
+
+
+def _use_tf_keras(args: argparse.Namespace) -> None:
+    """Make this process's Keras tf_keras, as TensorFlow chooses it (TF_USE_LEGACY_KERAS)."""
+    from mirrorwatch.trainer import keras_api
+
+    value = os.environ.get(keras_api.LEGACY_KERAS_ENV)
+    if value is not None and not keras_api.uses_tf_keras():
+        _fail(f"--multi-worker: {KERAS_20585}; unset {keras_api.LEGACY_KERAS_ENV}={value}")
+    if not keras_api.tf_keras_installed():
+        _fail(f"--multi-worker: {KERAS_20585}, which is not installed: pip install "
+              "'mirrorwatch[trainer]'")  # fmt: skip
+    os.environ[keras_api.LEGACY_KERAS_ENV] = "1"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.steps_per_execution > 1:
         _fail(KERAS_19246)
+    for flag in MULTI_WORKER_ONLY:
+        if getattr(args, flag[2:].replace("-", "_")) is not None and not args.multi_worker:
+            _fail(f"{flag} needs --multi-worker")
+    if args.task_index is not None and args.cluster is None:
+        _fail("--task-index needs --cluster (or TF_CONFIG alone)")
+    if args.multi_worker:
+        for flag, given in (
+            ("--checkpoint-dir", args.checkpoint_dir),
+            ("--scaling-benchmark", args.scaling_benchmark),
+        ):
+            if given:
+                _fail(f"{flag} is not available with --multi-worker yet")
+        if args.cluster is not None:
+            os.environ["TF_CONFIG"] = _cluster_tf_config(args.cluster, args.task_index)
+        _check_tf_config(os.environ.get("TF_CONFIG"))
+        _use_tf_keras(args)
+    elif args.checkpoint_dir is not None:
+        from mirrorwatch.trainer import keras_api
+
+        if keras_api.uses_tf_keras():
+            _fail(f"--checkpoint-dir resumes on Keras 3 only: unset {keras_api.LEGACY_KERAS_ENV}")
     if args.scaling_benchmark and args.steps < 3:
         _fail("--steps must be at least 3 with --scaling-benchmark (the first step is tracing)")
     if args.data is not None and not os.path.exists(args.data):
@@ -125,11 +221,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mirrorwatch.trainer import training
 
     try:
-        strategy, devices = training.mirrored_strategy(args.cpu_replicas, args.devices)
+        if args.multi_worker:
+            strategy, devices = training.multi_worker_strategy(args.devices)
+        else:
+            strategy, devices = training.mirrored_strategy(args.cpu_replicas, args.devices)
     except training.NoGpuError as error:
         _fail(f"--devices gpu: {error}")
-    if args.batch_size % len(devices):
-        _fail(f"--batch-size {args.batch_size} must be a multiple of the {len(devices)} replicas")
+    in_sync = int(strategy.num_replicas_in_sync)
+    if args.batch_size % in_sync:
+        _fail(f"--batch-size {args.batch_size} must be a multiple of the {in_sync} replicas")
     if args.mixed_precision:
         training.use_mixed_precision(on_gpu="GPU" in devices[0])
     from mirrorwatch.trainer.callback import MirrorwatchCallback
@@ -142,17 +242,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         classes=classes_in(args.data),
     )
+    run = args.run
+    if args.multi_worker and not (run or os.environ.get("MIRRORWATCH_RUN")):
+        run = training.shared_run_id(strategy)  # every worker's telemetry is of one run
     callback = MirrorwatchCallback(
         url=args.url,
-        run=args.run,
+        run=run,
         token=token,
         global_batch_size=args.batch_size,
         interval=args.interval,
     )
     verbose: Any = args.verbose if args.verbose == "auto" else int(args.verbose)
+    of_run = f" of {in_sync} in the run, worker {callback.worker}" if args.multi_worker else ""
     print(
-        f"mirrorwatch-train: {job.model} on {len(devices)} replicas ({', '.join(devices)}), "
-        f"global batch {args.batch_size}; run {callback.run} -> {callback.url}",
+        f"mirrorwatch-train: {job.model} on {len(devices)} replicas{of_run} "
+        f"({', '.join(devices)}), global batch {args.batch_size}; "
+        f"run {callback.run} -> {callback.url}",
         flush=True,
     )
     if args.scaling_benchmark:

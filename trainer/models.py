@@ -6,8 +6,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import keras
 import tensorflow as tf
+
+from mirrorwatch.trainer.keras_api import keras
 
 CLASSES = 10
 SEQUENCE_LENGTH = 128
@@ -74,7 +75,7 @@ def _transformer(classes: int, layers: int = 2, width: int = 128, heads: int = 4
     tokens = keras.Input((SEQUENCE_LENGTH,), dtype="int32", name="tokens")
     x = keras.layers.Embedding(VOCABULARY, width)(tokens)
     positions = keras.layers.Embedding(SEQUENCE_LENGTH, width)(
-        keras.ops.arange(SEQUENCE_LENGTH)[None, :]
+        tf.range(SEQUENCE_LENGTH)[None, :]  # keras.ops.arange on TensorFlow; tf_keras has no ops
     )
     x = keras.layers.LayerNormalization()(x + positions)
     for _ in range(layers):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mirrorwatch.exporter.ingest.schema import Replica, Scaling, StepDurations, TrainingSnapshot
+from mirrorwatch.exporter.procfs import pid_namespace
 from mirrorwatch.trainer import devices, tf_devices
 from mirrorwatch.trainer.meter import StepMeter
 
@@ -50,10 +51,32 @@ class Job:
     strategy: str | None = None
     devices: tuple[str, ...] = ()  # the strategy's replica devices, in replica order
     global_batch_size: int | None = None
+    # Replicas of the whole run (num_replicas_in_sync): more than ``devices`` on each worker
+    # of a MultiWorkerMirroredStrategy run; None where only this worker's are known.
+    replicas_in_sync: int | None = None
 
     @property
     def replicas(self) -> int:
         return max(1, len(self.devices))
+
+    @property
+    def examples_per_step(self) -> float | None:
+        """This worker's share of each global batch, if the global batch size is known.
+
+        Every worker of a multi-worker run steps through the same global batches, each
+        consuming its replicas' part of them: the shares add up to the global batch.
+        """
+        if self.global_batch_size is None:
+            return None
+        in_sync = max(self.replicas_in_sync or self.replicas, self.replicas)
+        return self.global_batch_size * self.replicas / in_sync
+
+    def examples(self, steps: int) -> int | None:
+        """This worker's examples in ``steps`` steps (rounded down), if known."""
+        if self.global_batch_size is None:
+            return None
+        in_sync = max(self.replicas_in_sync or self.replicas, self.replicas)
+        return steps * self.global_batch_size * self.replicas // in_sync
 
 
 class SnapshotBuilder:
@@ -90,15 +113,27 @@ class SnapshotBuilder:
             return self._job
 
     def describe_job(
-        self, model: object, strategy: object, replica_devices: Sequence[str], batch_size: object
+        self,
+        model: object,
+        strategy: object,
+        replica_devices: Sequence[str],
+        batch_size: object,
+        replicas_in_sync: int | None = None,
     ) -> None:
-        """What a fit trains: its model and strategy names, replica devices, and the batch size
-        Keras reports (used only while no global batch size is known)."""
+        """What a fit trains: its model and strategy names, this worker's replica devices, the
+        batch size Keras reports (used only while no global batch size is known), and the
+        replicas of the whole run."""
         with self._job_lock:
             known = self._job.global_batch_size
             if known is None and isinstance(batch_size, int) and batch_size > 0:
                 known = batch_size
-            self._job = Job(short_text(model), short_text(strategy), tuple(replica_devices), known)
+            self._job = Job(
+                short_text(model),
+                short_text(strategy),
+                tuple(replica_devices),
+                known,
+                replicas_in_sync,
+            )
 
     def set_scaling_baseline(self, examples_per_second: float) -> None:
         """Throughput of the same job on one replica: the snapshots then carry the speedup."""
@@ -107,10 +142,10 @@ class SnapshotBuilder:
     def steady_examples_per_second(self) -> float | None:
         """Examples/s over all measured steps (first step, evaluation excluded), if known."""
         reading = self._meter.read()
-        batch_size = self.job.global_batch_size
-        if batch_size is None or reading.measured_seconds <= 0:
+        per_step = self.job.examples_per_step
+        if per_step is None or reading.measured_seconds <= 0:
             return None
-        return reading.measured_steps * batch_size / reading.measured_seconds
+        return reading.measured_steps * per_step / reading.measured_seconds
 
     def find_gpus(self) -> None:
         """Map the replicas to GPUs by PCI bus id, and to NVML UUIDs where NVML knows them.
@@ -145,7 +180,7 @@ class SnapshotBuilder:
             replicas=job.replicas,
             global_batch_size=batch_size,
             steps_total=reading.steps_total,
-            examples_total=None if batch_size is None else reading.steps_total * batch_size,
+            examples_total=job.examples(reading.steps_total),
             step_duration_seconds=StepDurations(
                 bucket_counts=list(reading.bucket_counts),
                 count=reading.duration_count,
@@ -157,6 +192,9 @@ class SnapshotBuilder:
             replica_devices=[self._replica(replica) for replica in self._replicas],
             scaling=self._scaling(job),
             telemetry_dropped_total=dropped,
+            # So the exporter can tell this run's processes on its GPUs from others' (pid).
+            pid=os.getpid(),
+            pid_namespace=pid_namespace(),
         )
 
     def body(self, active: bool, sequence: int, dropped: int) -> bytes:
@@ -200,8 +238,9 @@ class SnapshotBuilder:
             _, steps_then, seconds_then = samples[0]
         else:
             steps_then, seconds_then = 0, 0.0
+        per_step = job.examples_per_step or 0.0
         if measured_seconds - seconds_then > 0 and measured_steps > steps_then:
-            rate = (measured_steps - steps_then) * job.global_batch_size
+            rate = (measured_steps - steps_then) * per_step
             self._examples_per_second = rate / (measured_seconds - seconds_then)
         samples.append((now, measured_steps, measured_seconds))
 

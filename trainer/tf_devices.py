@@ -30,6 +30,44 @@ def replica_devices(strategy: Any) -> list[str]:
     return [str(gpus[0].name)] if gpus else [_DEFAULT_STRATEGY_CPU]
 
 
+def strategy_name(strategy: Any) -> str:
+    """The strategy's name as TensorFlow exports it: ``MultiWorkerMirroredStrategy`` for the
+    class TensorFlow defines as ``CollectiveAllReduceStrategy`` (its ``tf_export`` name)."""
+    cls = type(strategy)
+    exported = cls.__dict__.get("_tf_api_names") or ()  # set on the class by tf_export
+    names = [str(name).rsplit(".", 1)[-1] for name in exported if str(name).startswith("distr")]
+    return names[0] if names else cls.__name__.lstrip("_")
+
+
+def replicas_in_sync(strategy: Any) -> int | None:
+    """Replicas of the whole run: every worker's, under MultiWorkerMirroredStrategy."""
+    try:
+        count = int(strategy.num_replicas_in_sync)
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return None
+    return count if count > 0 else None
+
+
+def batch_log_replicas(strategy: Any, framework: str) -> int:
+    """How many replicas' values tf_keras adds up in each batch's logs under ``strategy``.
+
+    tf_keras reduces a training step's per-replica outputs with ``reduction="auto"``, which
+    is "sum" off TPUs, and under a MultiWorkerMirroredStrategy in multi-worker mode sums them
+    over every replica of the cluster (``strategy.reduce("SUM", ...)``: ``reduce_per_replica``
+    in tf_keras/src/engine/training.py). Each replica's value is already the loss's mean, so a
+    batch's ``loss`` is the replicas in sync times it (the epoch's logs are not: tf_keras reads
+    those from the metrics). 1 everywhere else.
+    """
+    if not framework.startswith("tf_keras"):
+        return 1
+    try:
+        if not strategy.extended._in_multi_worker_mode():  # CollectiveAllReduceExtended only
+            return 1
+    except AttributeError:
+        return 1
+    return replicas_in_sync(strategy) or 1
+
+
 def gpu_descriptions() -> tuple[list[tuple[str, str]], list[int]]:
     """``(device name, physical_device_desc)`` of each GPU TensorFlow lists, and logical GPUs per
     physical GPU (more than one where a GPU was split with a logical device configuration)."""

@@ -1,17 +1,17 @@
-"""mirrorwatch-train's training: the strategy, checkpoints and resume, the scaling benchmark."""
+"""mirrorwatch-train's training: the strategies, checkpoints and resume, the scaling benchmark."""
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
 
-import keras
 import tensorflow as tf
 
-from mirrorwatch.trainer import resume
 from mirrorwatch.trainer.callback import MirrorwatchCallback
+from mirrorwatch.trainer.keras_api import keras
 from mirrorwatch.trainer.meter import StepMeter
 from mirrorwatch.trainer.models import Job, build_model, dataset
 
@@ -43,6 +43,49 @@ def mirrored_strategy(cpu_replicas: int, devices: str = "auto") -> tuple[Any, li
         )
         names = [device.name for device in tf.config.list_logical_devices("CPU")]
     return tf.distribute.MirroredStrategy(names), names
+
+
+def multi_worker_strategy(devices: str = "auto") -> tuple[Any, list[str]]:
+    """MultiWorkerMirroredStrategy over the cluster in ``TF_CONFIG``; this worker's devices.
+
+    Call it before anything else starts TensorFlow's runtime: the strategy starts this task's
+    gRPC server and configures collective ops on the eager context. Each worker mirrors over
+    its own GPUs, or over one CPU where it has none (TensorFlow's ``CollectiveAllReduceExtended``
+    takes no logical CPU devices). Training waits until every worker of the cluster is up.
+    """
+    if devices == "gpu" and not tf.config.list_physical_devices("GPU"):
+        raise NoGpuError(_no_gpu_reason())
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if devices == "cpu":
+        # No accelerators asked of the resolver: the collectives then run on the CPU.
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            resolver.cluster_spec(),
+            task_type=resolver.task_type,
+            task_id=resolver.task_id,
+            num_accelerators={"GPU": 0},
+            rpc_layer=resolver.rpc_layer or "grpc",
+        )
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    return strategy, [str(device) for device in strategy.extended.worker_devices]
+
+
+def shared_run_id(strategy: Any) -> str:
+    """A fresh run id, the same on every worker: the first replica's random pick, broadcast.
+
+    One all-reduce over the cluster before training (a sum to which only replica 0 adds),
+    so the workers' telemetry is of one run without anyone having to name it.
+    """
+    pick = secrets.randbits(48)
+
+    def contribute() -> Any:
+        first = tf.distribute.get_replica_context().replica_id_in_sync_group == 0
+        return tf.where(first, tf.constant(pick, tf.int64), tf.constant(0, tf.int64))
+
+    @tf.function  # type: ignore[untyped-decorator]  # tensorflow is untyped
+    def broadcast() -> Any:  # in a graph, as MultiWorkerMirroredStrategy wants its collectives
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(contribute), axis=None)
+
+    return f"run-{int(broadcast().numpy()):012x}"
 
 
 def _no_gpu_reason() -> str:
@@ -88,6 +131,8 @@ def train(
             callbacks=[callback], verbose=verbose,
             shuffle=False,  # tf.data: the dataset decides; this silences Keras's reminder
         )  # fmt: skip
+    from mirrorwatch.trainer import resume  # Keras 3 only: the CLI keeps tf_keras runs out
+
     checkpoints = resume.Checkpoints(checkpoint_dir, checkpoint_every)
     with strategy.scope():
         position = checkpoints.restore(model)

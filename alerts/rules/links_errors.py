@@ -36,7 +36,7 @@ def alerts(t: Thresholds) -> list[Alert]:
               or
               mirrorwatch_gpu_pcie_link_generation < mirrorwatch_gpu_pcie_link_generation_max
             )
-            and on (job, instance, uuid)
+            and on (cluster, host, job, instance, uuid)
               instance_gpu:mirrorwatch_gpu_utilization_ratio:avg1m >= «busy»
             """,
             "PCIe link of GPU {{ $labels.gpu }} of {{ $labels.instance }} is degraded",
@@ -59,7 +59,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "GpuNvlinkErrors",
             "warning",
             """
-            sum by (job, instance, gpu, uuid, link) (
+            sum by (cluster, host, job, instance, gpu, uuid, link) (
               increase(mirrorwatch_gpu_nvlink_errors_total[10m])
             ) > «errors_per_10m»
             """,
@@ -97,10 +97,10 @@ def alerts(t: Thresholds) -> list[Alert]:
             """
             (
               (mirrorwatch_exporter_expected_gpus > 0)
-              or on (job, instance)
+              or on (cluster, host, job, instance)
               max_over_time(mirrorwatch_exporter_gpus[«fallback_lookback»])
             )
-            - on (job, instance)
+            - on (cluster, host, job, instance)
               mirrorwatch_exporter_gpus
             > 0
             """,

@@ -15,7 +15,7 @@ def rules(t: Thresholds) -> list[Record]:
             q.ACTIVE_REPLICA,
             """
             mirrorwatch_training_replica_info
-            * on (job, instance, run, worker) group_left ()
+            * on (cluster, host, job, instance, run, worker) group_left ()
               (mirrorwatch_training_active == 1)
             """,
         ),
@@ -23,9 +23,9 @@ def rules(t: Thresholds) -> list[Record]:
         Record(
             q.RUN_GPU_UTIL,
             """
-            max by (job, instance, run, gpu, uuid) (
+            max by (cluster, host, job, instance, run, gpu, uuid) (
               instance_run:mirrorwatch_training_replica_info:active
-              * on (job, instance, uuid) group_left (gpu)
+              * on (cluster, host, job, instance, uuid) group_left (gpu)
                 instance_gpu:mirrorwatch_gpu_utilization_ratio:avg1m
             )
             """,
@@ -33,8 +33,38 @@ def rules(t: Thresholds) -> list[Record]:
         Record(q.RUN_UTIL, "avg by (run) (run_gpu:mirrorwatch_gpu_utilization_ratio:avg1m)"),
         # Spreads are rounded to 0.01 percentage points: NVML reports whole percents, and
         # 0.90 - 0.85 must be the 0.05 threshold, not 0.05000000000000004 above it.
+        # GPM's SM activity, where the GPU has it: the share of SMs busy, which utilisation
+        # (a kernel ran at all) overstates for small kernels.
+        Record(q.GPU_SM_ACTIVITY, "avg_over_time(mirrorwatch_gpu_sm_activity_ratio[1m])"),
         Record(
-            q.RUN_SPREAD, "round(«spread», 0.0001)", {"spread": q.spread(q.RUN_GPU_UTIL, "run")}
+            q.RUN_GPU_SM_ACTIVITY,
+            """
+            max by (cluster, host, job, instance, run, gpu, uuid) (
+              instance_run:mirrorwatch_training_replica_info:active
+              * on (cluster, host, job, instance, uuid) group_left (gpu)
+                instance_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m
+            )
+            """,
+        ),
+        # What the run's balance is measured in, `source` saying which: SM activity when
+        # every GPU of the run has it, else utilisation (never a mix of the two).
+        Record(
+            q.RUN_GPU_BALANCE,
+            """
+            (
+              label_replace(«sm», "source", "sm_activity", "", "")
+              and on (run)
+              (count by (run) («sm») == count by (run) («util»))
+            )
+            or on (run)
+            label_replace(«util», "source", "utilization", "", "")
+            """,
+            {"sm": q.RUN_GPU_SM_ACTIVITY, "util": q.RUN_GPU_UTIL},
+        ),
+        Record(
+            q.RUN_SPREAD,
+            "round(«spread», 0.0001)",
+            {"spread": q.spread(q.RUN_GPU_BALANCE, "run, source")},
         ),
         Record(
             q.RUN_GPU_DEVIATION,
@@ -49,21 +79,22 @@ def rules(t: Thresholds) -> list[Record]:
             q.HOST_SPREAD,
             """
             round(
-              max by (job, instance) «busy_unassigned»
-              - min by (job, instance) «busy_unassigned»,
+              max by (cluster, host, job, instance) «busy_unassigned»
+              - min by (cluster, host, job, instance) «busy_unassigned»,
               0.0001
             )
             """,
             {"busy_unassigned": q.busy_unassigned(t.busy_utilization_ratio)},
         ),
         # Seconds throttled per second: the fraction of time each reason held clocks back.
-        Record(q.THROTTLE, q.throttle_fraction(q.RULES, "5m")),
+        # increase / 300 rather than rate(): the same number from Prometheus and vmalert.
+        Record(q.THROTTLE, q.throttle_share_of_window(q.RULES, "5m", 300)),
         Record(
             q.THROUGHPUT,
             """
-            sum by (job, instance, run) (
+            sum by (cluster, host, job, instance, run) (
               mirrorwatch_training_examples_per_second
-              * on (job, instance, run, worker) group_left ()
+              * on (cluster, host, job, instance, run, worker) group_left ()
                 (mirrorwatch_training_active == 1)
             )
             """,
@@ -74,4 +105,15 @@ def rules(t: Thresholds) -> list[Record]:
             "quantile_over_time(0.5, «throughput»[1h])",
             {"throughput": q.THROUGHPUT},
         ),
+        # A run over several hosts (MultiWorkerMirroredStrategy) is one run: each worker
+        # reports its share of the examples (docs/api.md), so the shares add up.
+        Record(q.RUN_THROUGHPUT, "sum by (run) («throughput»)", {"throughput": q.THROUGHPUT}),
+        Record(
+            q.RUN_THROUGHPUT_BASELINE,
+            "quantile_over_time(0.5, «throughput»[1h])",
+            {"throughput": q.RUN_THROUGHPUT},
+        ),
+        # Its workers that report in now: a worker gone quiet lowers the run's sum without
+        # the run slowing down, so the throughput alert waits for all of them.
+        Record(q.RUN_WORKERS, "count by (run) (mirrorwatch_training_active == 1)"),
     ]

@@ -31,7 +31,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "warning",
             """
             mirrorwatch_gpu_temperature_celsius
-            >= on (job, instance, gpu, uuid)
+            >= on (cluster, host, job, instance, gpu, uuid)
               mirrorwatch_gpu_temperature_threshold_celsius{threshold="slowdown"} - «margin_celsius»
             """,
             "GPU {{ $labels.gpu }} of {{ $labels.instance }} is near its slowdown temperature",
@@ -78,8 +78,8 @@ def alerts(t: Thresholds) -> list[Alert]:
             "warning",
             """
             (
-              max by (job, instance) «busy_temperature»
-              - min by (job, instance) «busy_temperature»
+              max by (cluster, host, job, instance) «busy_temperature»
+              - min by (cluster, host, job, instance) «busy_temperature»
               > «spread_celsius»
             )
             «labels_of_hottest_gpu»
@@ -92,7 +92,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             fragments={
                 "busy_temperature": busy_temperature,
                 "labels_of_hottest_gpu": q.labels_of_extreme(
-                    busy_temperature, "job, instance", "max"
+                    busy_temperature, "cluster, host, job, instance", "max"
                 ),
                 "temperature": TEMPERATURE_NOW,
             },

@@ -7,6 +7,17 @@ from mirrorwatch.alerts.rules import Alert
 from mirrorwatch.alerts.templates import value_of
 from mirrorwatch.alerts.thresholds import Thresholds
 
+# The GPUs of a run on each of its hosts: "on GPU 0, 1 of h1:9848; GPU 0 of h2:9848".
+GPUS_OF_RUN_ON_EVERY_HOST = (
+    "{{ with printf `count by (instance) (mirrorwatch_training_replica_info{run=%q})` $labels.run"
+    ' | query | sortByLabel "instance" }}on {{ range $i, $host := . }}{{ if $i }}; {{ end }}GPU '
+    "{{ range $j, $s := printf "
+    "`count by (gpu) (mirrorwatch_training_replica_info{run=%q,instance=%q})` "
+    '$labels.run $host.Labels.instance | query | sortByLabel "gpu" }}{{ if $j }}, {{ end }}'
+    "{{ $s.Labels.gpu }}{{ end }} of {{ $host.Labels.instance }}{{ end }}"
+    "{{ else }}on no reported GPU{{ end }}"
+)
+
 
 def alerts(t: Thresholds) -> list[Alert]:
     return [
@@ -15,9 +26,9 @@ def alerts(t: Thresholds) -> list[Alert]:
             "critical",
             """
             mirrorwatch_training_steps_total
-            and on (job, instance, run, worker)
+            and on (cluster, host, job, instance, run, worker)
               increase(mirrorwatch_training_steps_total[«no_step_window»]) == 0
-            and on (job, instance, run, worker)
+            and on (cluster, host, job, instance, run, worker)
               mirrorwatch_training_active == 1
             """,
             "Run {{ $labels.run }} on {{ $labels.instance }} has stopped making progress",
@@ -28,19 +39,24 @@ def alerts(t: Thresholds) -> list[Alert]:
         Alert(
             "TrainingThroughputDrop",
             "warning",
-            "«throughput» / «baseline» < «below_baseline_ratio»",
-            "Run {{ $labels.run }} on {{ $labels.instance }} slowed down",
-            "Run {{ $labels.run }} on {{ $labels.instance }}, «GPUS_OF_RUN», processes "
-            "«examples_per_second» examples/s, «PCT» of its median over the last hour (alert "
-            "below «below_baseline_ratio:%»).",
+            # The whole run, over all its hosts, while every worker of the last hour reports.
+            """
+            «throughput» / «baseline» < «below_baseline_ratio»
+            and on (run)
+              «workers» >= on (run) max_over_time(«workers»[1h])
+            """,
+            "Run {{ $labels.run }} slowed down",
+            "Run {{ $labels.run }}, «gpus_of_run», processes «examples_per_second» examples/s "
+            "over its workers, «PCT» of its median over the last hour (alert below "
+            "«below_baseline_ratio:%»).",
             "«PCT»",
             fragments={
-                "throughput": q.THROUGHPUT,
-                "baseline": q.THROUGHPUT_BASELINE,
+                "throughput": q.RUN_THROUGHPUT,
+                "baseline": q.RUN_THROUGHPUT_BASELINE,
+                "workers": q.RUN_WORKERS,
+                "gpus_of_run": GPUS_OF_RUN_ON_EVERY_HOST,
                 "examples_per_second": value_of(
-                    q.THROUGHPUT + "{instance=%q,run=%q}",
-                    args="$labels.instance $labels.run",
-                    pipe="humanize",
+                    q.RUN_THROUGHPUT + "{run=%q}", args="$labels.run", pipe="humanize"
                 ),
             },
         ),
@@ -49,7 +65,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "warning",
             """
             mirrorwatch_training_scaling_efficiency_ratio < «efficiency_ratio»
-            and on (job, instance, run, worker)
+            and on (cluster, host, job, instance, run, worker)
               mirrorwatch_training_active == 1
             """,
             "Run {{ $labels.run }} on {{ $labels.instance }} scales poorly",
@@ -68,12 +84,12 @@ def alerts(t: Thresholds) -> list[Alert]:
             "warning",
             """
             time() - mirrorwatch_training_last_push_timestamp_seconds > «stale_after_seconds»
-            and on (job, instance, run, worker)
+            and on (cluster, host, job, instance, run, worker)
               (
                 mirrorwatch_training_active == 1
                 or
                 time() - mirrorwatch_training_last_push_timestamp_seconds
-                >= on (job, instance) group_left ()
+                >= on (cluster, host, job, instance) group_left ()
                   mirrorwatch_exporter_run_ttl_seconds
               )
             """,

@@ -26,15 +26,16 @@ def alerts(t: Thresholds) -> list[Alert]:
             «labels_of_lagging_gpu»
             """,
             "GPU utilisation imbalance in run {{ $labels.run }}",
-            "The 1-minute mean utilisation of the GPUs of run {{ $labels.run }} spans «PCT» "
+            'The 1-minute mean {{ if eq $labels.source "sm_activity" }}SM activity (GPM)'
+            "{{ else }}utilisation{{ end }} of the GPUs of run {{ $labels.run }} spans «PCT» "
             "(more than «spread_ratio:%»). «GPU» lags the most, at «lagging»: that replica "
             "waits on input, on a slower link or on a throttled GPU.",
             "«PCT»",
             labels={"scope": "run"},
             fragments={
-                "labels_of_lagging_gpu": q.labels_of_extreme(q.RUN_GPU_UTIL, "run", "min"),
+                "labels_of_lagging_gpu": q.labels_of_extreme(q.RUN_GPU_BALANCE, "run", "min"),
                 "lagging": value_of(
-                    q.RUN_GPU_UTIL + "{run=%q,uuid=%q}",
+                    q.RUN_GPU_BALANCE + "{run=%q,uuid=%q}",
                     args="$labels.run $labels.uuid",
                     pipe="humanizePercentage",
                 ),
@@ -55,7 +56,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             labels={"scope": "host"},
             fragments={
                 "labels_of_lagging_gpu": q.labels_of_extreme(
-                    busy_unassigned, "job, instance", "min"
+                    busy_unassigned, "cluster, host, job, instance", "min"
                 ),
                 "lagging": gpu_value(q.GPU_UTIL, "humanizePercentage"),
             },
@@ -64,9 +65,9 @@ def alerts(t: Thresholds) -> list[Alert]:
             "GpuMemoryNearlyFull",
             "warning",
             """
-            sum by (job, instance, run, gpu, uuid) (
+            sum by (cluster, host, job, instance, run, gpu, uuid) (
               («replica_memory»)
-              / on (job, instance, uuid) group_left (gpu)
+              / on (cluster, host, job, instance, uuid) group_left (gpu)
                 mirrorwatch_gpu_memory_total_bytes
             ) > «used_ratio»
             """,
@@ -82,7 +83,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "warning",
             """
             «memory_used_ratio» > «used_ratio»
-            unless on (job, instance, uuid)
+            unless on (cluster, host, job, instance, uuid)
               («replica_memory»)
             """,
             FULL_SUMMARY,

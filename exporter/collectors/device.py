@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from prometheus_client.metrics_core import Metric
 
-from mirrorwatch.exporter.collectors.base import GpuGauge, ScrapeView, non_empty
+from mirrorwatch.exporter.backend import GpuDevice
+from mirrorwatch.exporter.collectors.base import GpuGauge, ScrapeView, StaticFamilies, non_empty
 
 
 class DeviceCollector:
+    def __init__(self) -> None:
+        self._info = StaticFamilies()  # identity is read once: built once per set of GPUs
+
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        info = GpuGauge("mirrorwatch_gpu_info", "GPU identity; always 1.", ["name", "pci_bus_id"])
+        identity = tuple((gpu, gpu.index, gpu.uuid, gpu.name, gpu.pci_bus_id) for gpu in view.gpus)
+        (info,) = self._info.get(identity, lambda: [_info(view.gpus)])
         up = GpuGauge(
             "mirrorwatch_gpu_up", "1 when the GPU answered this scrape, 0 when lost or unreadable."
         )
         alive = {gpu.index for gpu in view.alive}
         for gpu in view.gpus:
-            info.add(gpu, 1, gpu.name, gpu.pci_bus_id)
             up.add(gpu, 1 if gpu.index in alive else 0)
         yield from non_empty(info, up)
+
+
+def _info(gpus: Sequence[GpuDevice]) -> Metric:
+    info = GpuGauge("mirrorwatch_gpu_info", "GPU identity; always 1.", ["name", "pci_bus_id"])
+    for gpu in gpus:
+        info.add(gpu, 1, gpu.name, gpu.pci_bus_id)
+    return info.family

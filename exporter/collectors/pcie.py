@@ -2,27 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from prometheus_client.metrics_core import Metric
 
-from mirrorwatch.exporter.collectors.base import GpuCounter, GpuGauge, ScrapeView, non_empty
+from mirrorwatch.exporter.backend import GpuDevice
+from mirrorwatch.exporter.collectors.base import (
+    GpuCounter,
+    GpuGauge,
+    ScrapeView,
+    StaticFamilies,
+    non_empty,
+)
+
+_Maxima = tuple[GpuDevice, int, str, int | None, int | None]
 
 
 class PcieCollector:
+    def __init__(self) -> None:
+        self._maxima = StaticFamilies()  # the maximum link is read once: built once per set
+
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
         generation = GpuGauge(
             "mirrorwatch_gpu_pcie_link_generation", "Current PCIe link generation."
         )
-        generation_max = GpuGauge(
-            "mirrorwatch_gpu_pcie_link_generation_max",
-            "Highest PCIe generation the GPU and its slot support together.",
-        )
         width = GpuGauge("mirrorwatch_gpu_pcie_link_width", "Current PCIe link width, in lanes.")
-        width_max = GpuGauge(
-            "mirrorwatch_gpu_pcie_link_width_max",
-            "Widest PCIe link the GPU and its slot support together, in lanes.",
-        )
         transmit = GpuCounter(
             "mirrorwatch_gpu_pcie_transmit_bytes", "Bytes the GPU sent over PCIe."
         )
@@ -32,18 +36,35 @@ class PcieCollector:
         replays = GpuCounter(
             "mirrorwatch_gpu_pcie_replays", "PCIe replays (retransmissions after link errors)."
         )
+        maxima: list[_Maxima] = []
         for gpu in view.alive:
             link = gpu.pcie_link()
             if link is not None:
                 generation.add(gpu, link.generation)
-                generation_max.add(gpu, link.generation_max)
                 width.add(gpu, link.width)
-                width_max.add(gpu, link.width_max)
+                maxima.append((gpu, gpu.index, gpu.uuid, link.generation_max, link.width_max))
             traffic = gpu.pcie_bytes_total()
             if traffic is not None:
                 transmit.add(gpu, traffic[0])
                 receive.add(gpu, traffic[1])
             replays.add(gpu, gpu.pcie_replays_total())
+        key = tuple(maxima)
+        generation_max, width_max = self._maxima.get(key, lambda: _maxima(key))
         yield from non_empty(
             generation, generation_max, width, width_max, transmit, receive, replays
         )
+
+
+def _maxima(maxima: Sequence[_Maxima]) -> list[Metric]:
+    generation_max = GpuGauge(
+        "mirrorwatch_gpu_pcie_link_generation_max",
+        "Highest PCIe generation the GPU and its slot support together.",
+    )
+    width_max = GpuGauge(
+        "mirrorwatch_gpu_pcie_link_width_max",
+        "Widest PCIe link the GPU and its slot support together, in lanes.",
+    )
+    for gpu, _, _, generation, width in maxima:
+        generation_max.add(gpu, generation)
+        width_max.add(gpu, width)
+    return [generation_max.family, width_max.family]

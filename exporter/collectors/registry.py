@@ -15,10 +15,12 @@ from mirrorwatch.exporter.collectors.base import GpuCollector, ScrapeView
 from mirrorwatch.exporter.collectors.clocks import ClocksCollector
 from mirrorwatch.exporter.collectors.device import DeviceCollector
 from mirrorwatch.exporter.collectors.ecc import EccCollector
+from mirrorwatch.exporter.collectors.gpm import GpmCollector
 from mirrorwatch.exporter.collectors.memory import MemoryCollector
 from mirrorwatch.exporter.collectors.nvlink import NvlinkCollector
 from mirrorwatch.exporter.collectors.pcie import PcieCollector
 from mirrorwatch.exporter.collectors.power import PowerCollector
+from mirrorwatch.exporter.collectors.processes import DEFAULT_TOP_PROCESSES, ProcessesCollector
 from mirrorwatch.exporter.collectors.thermal import ThermalCollector
 from mirrorwatch.exporter.collectors.throttle import ThrottleCollector
 from mirrorwatch.exporter.collectors.topology import TopologyCollector
@@ -40,6 +42,8 @@ COLLECTORS: Mapping[str, Callable[[], GpuCollector]] = {
     "ecc": EccCollector,
     "xid": XidCollector,
     "topology": TopologyCollector,
+    "processes": ProcessesCollector,
+    "gpm": GpmCollector,
 }
 COLLECTOR_NAMES: tuple[str, ...] = tuple(COLLECTORS)
 
@@ -67,6 +71,13 @@ class ExporterInfo:
     version: str
     run_ttl_seconds: float  # --run-ttl: the TrainingTelemetryStale rule reads it
     expected_gpus: int = 0
+    top_processes: int = DEFAULT_TOP_PROCESSES  # --top-processes: per-process series per GPU
+
+
+def _build(name: str, info: ExporterInfo) -> GpuCollector:
+    if name == "processes":
+        return ProcessesCollector(top=info.top_processes)
+    return COLLECTORS[name]()
 
 
 class GpuMetrics:
@@ -81,7 +92,7 @@ class GpuMetrics:
     ) -> None:
         self._backend = backend
         self._info = info
-        self._collectors = [(name, COLLECTORS[name]()) for name in enabled]
+        self._collectors = [(name, _build(name, info)) for name in enabled]
         self._failures_logged: set[tuple[str, str]] = set()
 
     def view(self) -> ScrapeView:

@@ -12,8 +12,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.metrics_core import Metric
 
-from mirrorwatch.exporter.backend import GpuBackend
+from mirrorwatch.exporter.backend import GpuBackend, GpuDevice
 from mirrorwatch.exporter.ingest.errors import RejectionCounter
+from mirrorwatch.exporter.ingest.owners import ProcessOwners, Worker
 from mirrorwatch.exporter.ingest.replicas import GpuDirectory
 from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS, TrainingSnapshot
 from mirrorwatch.exporter.ingest.store import RunStore, WorkerView
@@ -130,10 +131,17 @@ class TrainingMetrics:
     after the push is reflected at once.
     """
 
-    def __init__(self, store: RunStore, backend: GpuBackend, rejections: RejectionCounter) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        backend: GpuBackend,
+        rejections: RejectionCounter,
+        owners: ProcessOwners | None = None,
+    ) -> None:
         self._store = store
         self._backend = backend
         self._rejections = rejections
+        self._owners = owners or ProcessOwners()
         self._gpu_failure_logged = False
 
     def collect(self) -> Iterator[Metric]:
@@ -144,6 +152,7 @@ class TrainingMetrics:
             for view in views:
                 families.add(view, gpus)
             yield from families
+            yield from self._foreign(views, gpus)
         rejected = CounterMetricFamily(
             "mirrorwatch_exporter_ingest_rejected",
             "Training telemetry pushes and deletes the ingest API refused, by reason.",
@@ -152,6 +161,68 @@ class TrainingMetrics:
         for reason, count in self._rejections.counts().items():
             rejected.add_metric([reason], count)
         yield rejected
+
+    def _foreign(self, views: Sequence[WorkerView], gpus: GpuDirectory) -> Iterator[Metric]:
+        """Per GPU of each active run: the processes on it that are not the run's workers'.
+
+        Only for runs whose every active worker reported its pid and can be matched (see
+        owners.py); a GPU that lists no processes gets none either.
+        """
+        runs: dict[str, tuple[list[Worker], set[str]]] = {}
+        unmatched: set[str] = set()
+        for view in views:
+            if not view.active:
+                continue
+            entry, snapshot = view.entry, view.entry.snapshot
+            workers, uuids = runs.setdefault(entry.run, ([], set()))
+            worker = Worker(snapshot.pid, snapshot.pid_namespace) if snapshot.pid else None
+            if worker is None or not self._owners.attributable(worker):
+                unmatched.add(entry.run)
+                continue
+            workers.append(worker)
+            for device in snapshot.replica_devices:
+                gpu = gpus.resolve(device)
+                if gpu is not None:
+                    uuids.add(gpu.uuid)
+        devices = self._devices() if any(uuids for _, uuids in runs.values()) else {}
+        count = GaugeMetricFamily(
+            "mirrorwatch_gpu_foreign_processes",
+            "Processes on a GPU of the run that are not the run's own workers.",
+            labels=["gpu", "uuid", "run"],
+        )
+        memory = GaugeMetricFamily(
+            "mirrorwatch_gpu_foreign_processes_memory_used_bytes",
+            "Device memory those processes use, in bytes (where NVML reports it).",
+            labels=["gpu", "uuid", "run"],
+        )
+        for run, (workers, uuids) in sorted(runs.items()):
+            if run in unmatched:
+                continue
+            for uuid in sorted(uuids):
+                gpu_device = devices.get(uuid)
+                reading = gpu_device.processes() if gpu_device is not None else None
+                if gpu_device is None or reading is None:
+                    continue
+                own = self._owners.host_pids(workers, (p.pid for p in reading.processes))
+                foreign = [p for p in reading.processes if p.pid not in own]
+                labels = [str(gpu_device.index), uuid, run]
+                count.add_metric(labels, len(foreign))
+                used = [p.used_memory_bytes for p in foreign if p.used_memory_bytes is not None]
+                memory.add_metric(labels, sum(used))
+        for family in (count, memory):
+            if family.samples:
+                yield family
+
+    def _devices(self) -> dict[str, GpuDevice]:
+        try:
+            if not self._backend.status().up:
+                return {}
+            return {gpu.uuid: gpu for gpu in self._backend.gpus()}
+        except Exception:  # the GPU backend failing must cost these series only
+            if not self._gpu_failure_logged:
+                self._gpu_failure_logged = True
+                log.exception("cannot list GPUs to find foreign processes")
+            return {}
 
     def _directory(self, views: Sequence[WorkerView]) -> GpuDirectory:
         if not any(view.entry.snapshot.replica_devices for view in views):

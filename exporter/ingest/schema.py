@@ -112,5 +112,16 @@ class TrainingSnapshot(_Strict):
     replica_devices: Annotated[list[Replica], Field(max_length=4096)] = []
     scaling: Scaling | None = None
     telemetry_dropped_total: Count = 0
+    # The worker's process, so the exporter can tell the run's processes on its GPUs from
+    # others (docs/api.md): os.getpid() and the inode of /proc/self/ns/pid. 2**22 is Linux's
+    # PID_MAX_LIMIT; namespace inodes are 32-bit.
+    pid: Annotated[int | None, Field(ge=1, le=2**22, strict=True)] = Field(
+        default=None, description="the worker's process id, as os.getpid() in the worker"
+    )
+    pid_namespace: Annotated[int | None, Field(ge=1, le=2**32 - 1, strict=True)] = Field(
+        default=None,
+        description="inode of the worker's PID namespace (/proc/self/ns/pid); 4026531836 is"
+        " the host's",
+    )
 
     model_config = ConfigDict(populate_by_name=True)

@@ -1,15 +1,25 @@
-"""One GPU's readings through NVML, in base units: implements ``GpuDevice``."""
+"""One GPU's readings through NVML, in base units: implements ``GpuDevice``.
+
+What cannot change while a GPU lives in one NVML session (temperature thresholds, maximum
+clocks, the maximum PCIe link, the fan count, the clocks-event reasons it supports) is read
+once and kept. Within one scrape (opened by ``alive()``, the probe every scrape starts with)
+the batched fields are read in one ``nvmlDeviceGetFieldValues`` call and each reading that two
+methods share (memory info, utilisation rates) is asked once; see ``_Round``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 from mirrorwatch.exporter.backend import (
     CLOCKS_EVENT_REASONS,
     THROTTLE_REASONS,
     Clock,
     EccErrorType,
+    GpmReading,
+    GpuProcesses,
     MemoryBytes,
     NvlinkCounters,
     NvlinkErrorType,
@@ -19,7 +29,9 @@ from mirrorwatch.exporter.backend import (
 )
 from mirrorwatch.exporter.nvml.events import XidCounts
 from mirrorwatch.exporter.nvml.features import DeviceFeatures
+from mirrorwatch.exporter.nvml.gpm import GpmSampler
 from mirrorwatch.exporter.nvml.pcie import BYTES_PER_KIB, PcieSampler
+from mirrorwatch.exporter.nvml.processes import ProcessReader
 from mirrorwatch.exporter.nvml.session import (
     FieldKey,
     FieldsUnavailableError,
@@ -76,6 +88,38 @@ _ECC_ERRORS: Mapping[EccErrorType, tuple[str, str]] = {
     "corrected": ("NVML_FI_DEV_ECC_SBE_VOL_TOTAL", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
     "uncorrected": ("NVML_FI_DEV_ECC_DBE_VOL_TOTAL", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED"),
 }
+_ENERGY_FIELDS = ("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION",)
+_THROTTLE_FIELDS = tuple(field for _, field, _ in _THROTTLE_SOURCES)
+_PCIE_BYTE_FIELDS = ("NVML_FI_DEV_PCIE_COUNT_TX_BYTES", "NVML_FI_DEV_PCIE_COUNT_RX_BYTES")
+_REPLAY_FIELDS = ("NVML_FI_DEV_PCIE_REPLAY_COUNTER",)
+_ECC_FIELDS = ("NVML_FI_DEV_ECC_CURRENT", *(f for f, _ in _ECC_ERRORS.values()))
+# Every unscoped field a scrape reads, asked in one call per scrape (per-link NVLink fields stay
+# apart: a binding without scoped fields must not cost the others their batch).
+_SCRAPE_FIELDS = (*_ENERGY_FIELDS, *_THROTTLE_FIELDS, *_REPLAY_FIELDS, *_ECC_FIELDS)
+_UNREAD: Final = object()
+_T = TypeVar("_T")
+
+
+class _Round:
+    """The readings of one scrape that several methods share, each handed out once.
+
+    ``alive()`` opens a round: the memory info it read serves ``memory_bytes()``, one
+    utilisation call serves both ratios, and the first batched-field reading fetches every
+    field of the scrape in one ``nvmlDeviceGetFieldValues`` call. A reading asked again in the
+    same round (or with no round open, as a direct caller does) is read afresh, so no value is
+    ever served twice and none is older than the scrape that asked for it.
+    """
+
+    def __init__(self, memory: Any) -> None:
+        self.lock = threading.Lock()
+        self.shared: dict[str, Any] = {"memory": memory}
+        self.fields: dict[FieldKey, float] | None = None  # None: not fetched yet this round
+        self.fields_unavailable = False
+        self.used_groups: set[str] = set()
+
+    def take(self, key: str) -> Any:
+        with self.lock:
+            return self.shared.pop(key, _UNREAD)
 
 
 class NvmlDevice:
@@ -87,6 +131,8 @@ class NvmlDevice:
         features: what it offers for its life (NVLink links, PCIe byte fields, peer links).
         xids: the backend's XID counts, which outlive the session.
         pcie: the session's PCIe throughput sampler, for GPUs without PCIe byte fields.
+        processes: the session's process reader (None: no process readings).
+        gpm: the session's background GPM sampler (None: no GPM readings).
     """
 
     def __init__(
@@ -97,11 +143,15 @@ class NvmlDevice:
         *,
         xids: XidCounts,
         pcie: PcieSampler,
+        processes: ProcessReader | None = None,
+        gpm: GpmSampler | None = None,
     ) -> None:
         self._session = session
         self._nvml = session.nvml
         self._xids = xids
         self._pcie = pcie
+        self._processes = processes
+        self._gpm = gpm
         self.gpu: Final = gpu
         self.features: Final = features
         # Identity, read once at init.
@@ -109,6 +159,9 @@ class NvmlDevice:
         self.uuid: Final = gpu.uuid
         self.name: Final = gpu.name
         self.pci_bus_id: Final = gpu.pci_bus_id
+        self._static: dict[object, Any] = {}
+        self._round: _Round | None = None
+        self._scrape_fields = self._field_ids(*_SCRAPE_FIELDS, *self._pcie_field_names())
 
     @property
     def lost(self) -> bool:
@@ -128,37 +181,94 @@ class NvmlDevice:
         ids = [self._session.constant(name) for name in names]
         return None if any(i is None for i in ids) else [(i, 0) for i in ids if i is not None]
 
+    def _pcie_field_names(self) -> tuple[str, ...]:
+        return _PCIE_BYTE_FIELDS if self.features.pcie_byte_fields else ()
+
+    def _kept(self, key: object, read: Callable[[], _T]) -> _T:
+        """A reading that cannot change while this GPU lives in this session: read once.
+
+        An unsupported answer is kept too (it stays unsupported); one lost to a lost GPU is
+        not, so the GPU is asked again once it is back.
+        """
+        value = self._static.get(key, _UNREAD)
+        if value is _UNREAD:
+            value = read()
+            if not self.lost:
+                self._static[key] = value
+        return value  # type: ignore[no-any-return]
+
+    def _round_fields(self, group: str) -> dict[FieldKey, float] | None:
+        """This round's batched fields, once per round for ``group``; None: read afresh."""
+        current = self._round
+        if current is None or self._scrape_fields is None:
+            return None
+        with current.lock:
+            if group in current.used_groups:
+                return None
+            current.used_groups.add(group)
+            if current.fields is None and not current.fields_unavailable:
+                try:
+                    current.fields = self._fields(self._scrape_fields)
+                except FieldsUnavailableError:
+                    current.fields_unavailable = True
+            if current.fields_unavailable:
+                raise FieldsUnavailableError
+            assert current.fields is not None
+            return current.fields
+
     def _batched(self, *names: str) -> list[float | None]:
         """One batched read of these fields: each one's value, in order, or None for it.
 
         None where that field did not answer (NVML reports support per field, in each value's
         own ``nvmlReturn``: a successful call can answer NotSupported for some fields), or where
         the batched call is unusable on this device or binding. The caller then reads that one
-        quantity from its single-call API, where one exists.
+        quantity from its single-call API, where one exists. Within a scrape the fields come
+        from the round's one call (``_Round``).
         """
         keys = self._field_ids(*names)
         if keys is None:
             return [None] * len(names)
         try:
-            answered = self._fields(keys)
+            answered = self._round_fields(names[0])
+            if answered is None:
+                answered = self._fields(keys)
         except FieldsUnavailableError:
             return [None] * len(names)
         return [answered.get(key) for key in keys]
 
     def alive(self) -> bool:
-        self._call("nvmlDeviceGetMemoryInfo")
+        """Probe the GPU, and open this scrape's round of shared readings (``_Round``)."""
+        memory = self._call("nvmlDeviceGetMemoryInfo")
+        self._round = _Round(memory)
         return not self.lost
 
+    def _shared(self, key: str, function: str, sibling: str = "") -> Any:
+        """This round's reading ``key`` if not handed out yet, else a fresh ``function`` call.
+
+        A fresh call inside a round leaves its answer for ``sibling``, the other reading made
+        from the same call.
+        """
+        current = self._round
+        if current is not None:
+            value = current.take(key)
+            if value is not _UNREAD:
+                return value
+        value = self._call(function)
+        if current is not None and sibling:
+            with current.lock:
+                current.shared[sibling] = value
+        return value
+
     def utilization_ratio(self) -> float | None:
-        rates = self._call("nvmlDeviceGetUtilizationRates")
+        rates = self._shared("utilization", "nvmlDeviceGetUtilizationRates", "memory_utilization")
         return None if rates is None else float(rates.gpu) / 100.0
 
     def memory_utilization_ratio(self) -> float | None:
-        rates = self._call("nvmlDeviceGetUtilizationRates")
+        rates = self._shared("memory_utilization", "nvmlDeviceGetUtilizationRates", "utilization")
         return None if rates is None else float(rates.memory) / 100.0
 
     def memory_bytes(self) -> MemoryBytes | None:
-        memory = self._call("nvmlDeviceGetMemoryInfo")
+        memory = self._shared("memory", "nvmlDeviceGetMemoryInfo")
         return None if memory is None else MemoryBytes(float(memory.used), float(memory.total))
 
     def temperature_celsius(self) -> float | None:
@@ -166,10 +276,13 @@ class NvmlDevice:
 
     def temperature_threshold_celsius(self, threshold: TemperatureThreshold) -> float | None:
         which = self._const(_TEMPERATURE_THRESHOLDS[threshold])
-        return _number(self._call("nvmlDeviceGetTemperatureThreshold", which))
+        return self._kept(
+            ("threshold", threshold),
+            lambda: _number(self._call("nvmlDeviceGetTemperatureThreshold", which)),
+        )
 
     def fan_speed_ratios(self) -> Sequence[float | None]:
-        count = self._call("nvmlDeviceGetNumFans")
+        count = self._kept("fans", lambda: self._call("nvmlDeviceGetNumFans"))
         if not count:
             return []
         speeds = (self._call("nvmlDeviceGetFanSpeed_v2", fan) for fan in range(int(count)))
@@ -182,7 +295,7 @@ class NvmlDevice:
         return _divided(self._call("nvmlDeviceGetEnforcedPowerLimit"), _MW_PER_W)
 
     def energy_joules_total(self) -> float | None:
-        (millijoules,) = self._batched("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+        (millijoules,) = self._batched(*_ENERGY_FIELDS)
         if millijoules is None:
             millijoules = _number(self._call("nvmlDeviceGetTotalEnergyConsumption"))
         return _divided(millijoules, _MJ_PER_J)
@@ -194,16 +307,22 @@ class NvmlDevice:
 
     def clock_max_hertz(self, clock: Clock) -> float | None:
         which = self._const(_CLOCKS[clock])
-        return _scaled(self._call("nvmlDeviceGetMaxClockInfo", which), _HZ_PER_MHZ)
+        return self._kept(
+            ("clock_max", clock),
+            lambda: _scaled(self._call("nvmlDeviceGetMaxClockInfo", which), _HZ_PER_MHZ),
+        )
 
     def clocks_event_reasons(self) -> Mapping[str, bool] | None:
         active = self._call(
             "nvmlDeviceGetCurrentClocksEventReasons",
             fallback="nvmlDeviceGetCurrentClocksThrottleReasons",
         )
-        supported = self._call(
-            "nvmlDeviceGetSupportedClocksEventReasons",
-            fallback="nvmlDeviceGetSupportedClocksThrottleReasons",
+        supported = self._kept(
+            "clocks_event_reasons",
+            lambda: self._call(
+                "nvmlDeviceGetSupportedClocksEventReasons",
+                fallback="nvmlDeviceGetSupportedClocksThrottleReasons",
+            ),
         )
         if active is None or supported is None:
             return None
@@ -214,7 +333,7 @@ class NvmlDevice:
         }
 
     def throttle_seconds_total(self) -> Mapping[str, float]:
-        fields = self._batched(*(field for _, field, _ in _THROTTLE_SOURCES))
+        fields = self._batched(*_THROTTLE_FIELDS)
         seconds: dict[str, float] = {}
         for (reason, _, policy), nanoseconds in zip(_THROTTLE_SOURCES, fields, strict=True):
             if nanoseconds is None:
@@ -227,9 +346,14 @@ class NvmlDevice:
     def pcie_link(self) -> PcieLink | None:
         link = PcieLink(
             generation=_integer(self._call("nvmlDeviceGetCurrPcieLinkGeneration")),
-            generation_max=_integer(self._call("nvmlDeviceGetMaxPcieLinkGeneration")),
+            generation_max=self._kept(
+                "pcie_generation_max",
+                lambda: _integer(self._call("nvmlDeviceGetMaxPcieLinkGeneration")),
+            ),
             width=_integer(self._call("nvmlDeviceGetCurrPcieLinkWidth")),
-            width_max=_integer(self._call("nvmlDeviceGetMaxPcieLinkWidth")),
+            width_max=self._kept(
+                "pcie_width_max", lambda: _integer(self._call("nvmlDeviceGetMaxPcieLinkWidth"))
+            ),
         )
         return None if link == PcieLink(None, None, None, None) else link
 
@@ -238,9 +362,11 @@ class NvmlDevice:
             return None
         if not self.features.pcie_byte_fields:
             return self._pcie.bytes_total(self.gpu)
-        keys = self._field_ids("NVML_FI_DEV_PCIE_COUNT_TX_BYTES", "NVML_FI_DEV_PCIE_COUNT_RX_BYTES")
+        keys = self._field_ids(*_PCIE_BYTE_FIELDS)
         try:
-            answered = self._fields(keys) if keys is not None else {}
+            answered = None if keys is None else self._round_fields("pcie_bytes")
+            if answered is None:
+                answered = self._fields(keys) if keys is not None else {}
         except FieldsUnavailableError:
             answered = {}
         if keys is None or any(key not in answered for key in keys):
@@ -248,7 +374,7 @@ class NvmlDevice:
         return answered[keys[0]], answered[keys[1]]
 
     def pcie_replays_total(self) -> float | None:
-        (replays,) = self._batched("NVML_FI_DEV_PCIE_REPLAY_COUNTER")
+        (replays,) = self._batched(*_REPLAY_FIELDS)
         if replays is None:
             replays = _number(self._call("nvmlDeviceGetPcieReplayCounter"))
         return replays
@@ -293,9 +419,7 @@ class NvmlDevice:
         }
 
     def ecc_errors_total(self) -> Mapping[EccErrorType, float] | None:
-        enabled, *fields = self._batched(
-            "NVML_FI_DEV_ECC_CURRENT", *(f for f, _ in _ECC_ERRORS.values())
-        )
+        enabled, *fields = self._batched(*_ECC_FIELDS)
         if enabled is None:
             mode = self._call("nvmlDeviceGetEccMode")
             on = int(self._const("NVML_FEATURE_ENABLED"))
@@ -326,6 +450,17 @@ class NvmlDevice:
 
     def peers(self) -> Sequence[PeerLink]:
         return self.features.peer_links
+
+    def processes(self) -> GpuProcesses | None:
+        if self._processes is None or self.lost:
+            return None
+        return self._processes.read(self.gpu)
+
+    def gpm(self) -> GpmReading | None:
+        # Sampled by the background thread (nvml/gpm.py); a scrape only reads the result.
+        if self._gpm is None or self.lost:
+            return None
+        return self._gpm.reading(self.gpu)
 
 
 def _number(value: Any) -> float | None:

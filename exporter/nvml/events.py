@@ -17,8 +17,16 @@ from mirrorwatch.exporter.nvml.session import GONE_ERRORS, GpuHandle, NvmlSessio
 log = logging.getLogger(__name__)
 
 XID_FALLEN_OFF_THE_BUS = 79
-# Each wait for XID events blocks the background thread at most this long.
-EVENT_WAIT_MS = 100
+# The longest one wait for XID events blocks the background thread (the backend asks for less
+# when other work is due sooner). The driver sleeps in nvmlEventSetWait, and ctypes drops the
+# GIL around the call (pynvml loads libnvidia-ml with ctypes.CDLL; the ctypes docs, "Loading
+# shared libraries": the GIL "is released before calling any function exported by these
+# libraries"), so a long wait costs nothing while idle; its bound is how long shutdown
+# (which waits for the thread, lifecycle.THREAD_JOIN_TIMEOUT_S) and a re-init that a scrape
+# asked for can take (about a second). Each wake-up costs ~0.2 ms of CPU on the 2-core CI VM
+# (a cold thread, a timeout exception, one background round; bench/peers_bench.py's idle
+# phase): 100 ms waits made 2 ms of CPU per idle second, 1 s waits make ~0.2 ms.
+EVENT_WAIT_MAX_MS = 1000
 # At most this many XID events are taken per round, so a storm cannot starve the rest.
 EVENTS_PER_ROUND = 64
 
@@ -101,10 +109,10 @@ class XidEvents:
             return None
         return events
 
-    def drain(self) -> None:
-        """Wait up to EVENT_WAIT_MS for XID events and count what arrives."""
+    def drain(self, wait_ms: int = EVENT_WAIT_MAX_MS) -> None:
+        """Wait up to ``wait_ms`` (at most EVENT_WAIT_MAX_MS) for XID events; count them."""
         session, nvml = self._session, self._session.nvml
-        timeout_ms = EVENT_WAIT_MS
+        timeout_ms = max(0, min(wait_ms, EVENT_WAIT_MAX_MS))
         for _ in range(EVENTS_PER_ROUND):
             try:
                 event = nvml.nvmlEventSetWait_v2(self._event_set, timeout_ms)

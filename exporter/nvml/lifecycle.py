@@ -19,8 +19,10 @@ from mirrorwatch.exporter.backend import BackendStatus
 from mirrorwatch.exporter.nvml.device import NvmlDevice
 from mirrorwatch.exporter.nvml.events import XidCounts, XidEvents
 from mirrorwatch.exporter.nvml.features import DeviceFeatures, probe_features
+from mirrorwatch.exporter.nvml.gpm import GpmSampler
 from mirrorwatch.exporter.nvml.loop import BackgroundLoop
 from mirrorwatch.exporter.nvml.pcie import PcieSampler, PcieTotals
+from mirrorwatch.exporter.nvml.processes import ProcessReader
 from mirrorwatch.exporter.nvml.recovery import LOST_PROBE_INITIAL_S, LostGpuRecovery
 from mirrorwatch.exporter.nvml.session import GpuHandle, NvmlSession
 from mirrorwatch.exporter.nvml.topology import peer_links
@@ -29,6 +31,11 @@ log = logging.getLogger(__name__)
 
 # How often the background thread checks that NVML still sees the same GPUs.
 HEALTH_CHECK_INTERVAL_S = 5.0
+# GPM metrics are means over this long (two samples), the compose stack's scrape interval.
+GPM_SAMPLE_INTERVAL_S = 15.0
+# Longer than the longest XID event wait (events.EVENT_WAIT_MAX_MS), so shutdown finds the
+# thread finished; the thread is a daemon, so even a driver stuck in a call cannot hold the
+# process.
 THREAD_JOIN_TIMEOUT_S = 2.0
 
 
@@ -88,6 +95,8 @@ class NvmlBackend:
         self._next_lost_reinit_at = 0.0
         self._xid_events: XidEvents | None = None
         self._pcie_sampler: PcieSampler | None = None
+        self._gpm_sampler: GpmSampler | None = None
+        self._next_gpm_at = 0.0
         self._recovery: LostGpuRecovery | None = None
         self._xids = XidCounts()
         self._pcie_totals = PcieTotals()
@@ -141,22 +150,44 @@ class NvmlBackend:
                     self._attempt_init()
                 if not self.status().up:
                     return max(self._next_retry_at - self._clock(), 0.0)
-            if self._xid_events is not None:
-                self._xid_events.drain()
             if self._recovery is not None:
                 self._recovery.run()  # before sampling, so a GPU found back is sampled at once
             now = self._clock()
-            if now >= self._next_pcie_at and self._pcie_sampler is not None:
+            pcie = self._pcie_sampler
+            if pcie is not None and pcie.sampling and now >= self._next_pcie_at:
                 self._next_pcie_at = now + self._pcie_interval_s
-                self._pcie_sampler.sample()
+                pcie.sample()
+            if now >= self._next_gpm_at and self._gpm_sampler is not None:
+                self._next_gpm_at = now + GPM_SAMPLE_INTERVAL_S
+                self._gpm_sampler.sample()
             if now >= self._next_health_at:
                 self._next_health_at = now + HEALTH_CHECK_INTERVAL_S
                 self._check_health()
+            if self._pending_gone_reason() is not None:
+                return 0.0  # tear down and re-initialise in the next round
+            due_s = self._next_work_in_s()
             if self._xid_events is not None:
-                return 0.0  # the event wait itself paced this round
-            due = min(self._next_pcie_at, self._next_health_at) - self._clock()
-            probe_in = self._recovery.next_probe_in_s() if self._recovery is not None else None
-            return max(due if probe_in is None else min(due, probe_in), 0.0)
+                # Block in the driver for XID events until other work is due: idle, the thread
+                # wakes only for that work or once per events.EVENT_WAIT_MAX_MS, never to spin.
+                self._xid_events.drain(round(due_s * 1000))
+                return 0.0
+            return due_s
+
+    def _next_work_in_s(self) -> float:
+        """Seconds until the next health check, PCIe or GPM sample or lost-GPU probe is due.
+
+        A sampler with no GPU left to sample is no reason to wake.
+        """
+        due = [self._next_health_at]
+        if self._pcie_sampler is not None and self._pcie_sampler.sampling:
+            due.append(self._next_pcie_at)
+        if self._gpm_sampler is not None and self._gpm_sampler.sampled:
+            due.append(self._next_gpm_at)
+        wait = min(due) - self._clock()
+        probe_in = self._recovery.next_probe_in_s() if self._recovery is not None else None
+        if probe_in is not None:
+            wait = min(wait, probe_in)
+        return max(wait, 0.0)
 
     # Init, teardown and recovery.
 
@@ -226,6 +257,8 @@ class NvmlBackend:
             self._clock,
         )
         self._pcie_sampler = sampler
+        gpm = self._gpm_sampler = GpmSampler(session, [gpu for gpu, _ in probed])
+        processes = ProcessReader(session)
         return [
             NvmlDevice(
                 session,
@@ -233,6 +266,8 @@ class NvmlBackend:
                 replace(features, peer_links=links),
                 xids=self._xids,
                 pcie=sampler,
+                processes=processes,
+                gpm=gpm,
             )
             for (gpu, features), links in zip(probed, peers, strict=True)
         ]
@@ -263,6 +298,8 @@ class NvmlBackend:
             self._retry_delay_s = self._retry_initial_s
         if was_up:
             log.warning("%s; re-initialising NVML", reason, extra={"reason": reason})
+        if self._loop is not None:
+            self._loop.wake()  # a scrape may have found it: re-initialise now, not next round
 
     def _teardown(self) -> None:
         """Forget the GPUs, free the event set and shut NVML down (once per successful init)."""
@@ -273,6 +310,9 @@ class NvmlBackend:
         session, self._session = self._session, None
         xid_events, self._xid_events = self._xid_events, None
         self._pcie_sampler = None
+        gpm, self._gpm_sampler = self._gpm_sampler, None
+        if gpm is not None:
+            gpm.close()
         self._recovery = None
         if xid_events is not None:
             xid_events.close()

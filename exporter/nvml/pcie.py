@@ -82,6 +82,12 @@ class PcieSampler:
         self._sampled = {gpu.index: gpu for gpu in gpus}
         self._restart = set(self._sampled)  # GPUs whose next sample only restarts the clock
 
+    @property
+    def sampling(self) -> bool:
+        """Some GPU is still sampled (none: the background thread need not wake for it)."""
+        with self._lock:
+            return bool(self._sampled)
+
     def sample(self) -> None:
         """Add one throughput sample (KB/s, which NVML means as KiB/s) per sampled GPU."""
         session = self._session

@@ -61,6 +61,9 @@ class LostGpuRecovery:
 
     def run(self) -> None:
         """Probe each lost GPU whose probe is due."""
+        if not self._session.any_lost:  # the common case, every background round
+            self._schedules.clear()
+            return
         for gpu in self._gpus:
             schedule = self._schedule(gpu)
             if schedule is not None and self._clock() >= schedule.next_at:
@@ -68,6 +71,8 @@ class LostGpuRecovery:
 
     def next_probe_in_s(self) -> float | None:
         """Seconds until the next probe is due; None while no GPU is lost."""
+        if not self._session.any_lost:
+            return None
         due = [s.next_at for gpu in self._gpus if (s := self._schedule(gpu)) is not None]
         return max(min(due) - self._clock(), 0.0) if due else None
 

@@ -246,6 +246,11 @@ class NvmlSession:
     def is_lost(self, gpu: GpuHandle) -> bool:
         return gpu.index in self._lost
 
+    @property
+    def any_lost(self) -> bool:
+        """Some GPU of this session is lost (lets the idle background round skip its GPUs)."""
+        return bool(self._lost)
+
     def lost_since(self, gpu: GpuHandle) -> float | None:
         """When (on the session's clock) ``gpu`` was marked lost; None while it answers."""
         with self._lock:
@@ -332,7 +337,12 @@ class NvmlSession:
     def handle_error(self, gpu: GpuHandle, function: str, error: BaseException) -> None:
         name = self.error_name(error)
         context = {"gpu": gpu.index, "uuid": gpu.uuid, "nvml_function": function}
-        if name in ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT"):
+        # NOT_FOUND: nvmlDeviceGetProcessUtilization has no sample newer than asked for.
+        if name in (
+            "NVML_ERROR_NOT_SUPPORTED",
+            "NVML_ERROR_INVALID_ARGUMENT",
+            "NVML_ERROR_NOT_FOUND",
+        ):
             return
         if name == "NVML_ERROR_FUNCTION_NOT_FOUND":
             self.log_once(

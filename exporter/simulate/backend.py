@@ -14,13 +14,17 @@ from mirrorwatch.exporter.backend import (
     BackendStatus,
     Clock,
     EccErrorType,
+    GpmReading,
+    GpuProcess,
+    GpuProcesses,
     MemoryBytes,
     NvlinkCounters,
     PcieLink,
     PeerLink,
+    ProcessType,
     TemperatureThreshold,
 )
-from mirrorwatch.exporter.simulate.models import Hardware
+from mirrorwatch.exporter.simulate.models import Hardware, ProcessSpec
 from mirrorwatch.exporter.simulate.physics import (
     ENERGY,
     NVLINK,
@@ -34,6 +38,13 @@ from mirrorwatch.exporter.simulate.scenario import Scenario, ScenarioError
 # The PCI buses of an 8-GPU HGX H100 baseboard; further GPUs go to further PCI domains.
 _PCI_BUSES: Final = (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF)
 _TICK_SLACK_SECONDS: Final = 0.005
+_GIB: Final = 1024.0**3
+# GPM on a simulated Hopper-class GPU, as shares of its utilisation (NVML's "a kernel ran"
+# time): busy SMs, resident warps and tensor pipes are a fraction of the time a kernel runs.
+# DRAM bandwidth follows the memory-controller utilisation.
+_SM_ACTIVITY_PER_UTILIZATION: Final = 0.85
+_SM_OCCUPANCY_PER_UTILIZATION: Final = 0.5
+_TENSOR_ACTIVITY_PER_UTILIZATION: Final = 0.6
 
 
 def gpu_uuid(seed: int, index: int) -> str:
@@ -65,8 +76,12 @@ class SimulatedGpu:
         seed: int,
         now: Callable[[], float],
         epoch: Callable[[], float],
+        processes: Sequence[ProcessSpec] | None = None,
     ) -> None:
         self._physics = physics
+        self._processes = (
+            None if processes is None else tuple(p for p in processes if p.gpu == physics.index)
+        )
         self._hardware = hardware
         self._now = now
         self._epoch = epoch
@@ -279,6 +294,42 @@ class SimulatedGpu:
     def peers(self) -> Sequence[PeerLink]:
         return self._peers if self.alive() else ()
 
+    def processes(self) -> GpuProcesses | None:
+        t = self._time()
+        if self._processes is None or self._physics.lost(t):
+            return None
+        present = [spec for spec in self._processes if spec.present(t)]
+        counts: dict[ProcessType, int] = {"compute": 0, "graphics": 0}
+        for spec in present:
+            counts[spec.type] += 1
+        return GpuProcesses(
+            counts=counts,
+            processes=tuple(
+                GpuProcess(
+                    pid=spec.pid,
+                    name=spec.name,
+                    type=spec.type,
+                    used_memory_bytes=None if spec.memory_gib is None else spec.memory_gib * _GIB,
+                    sm_utilization_ratio=spec.sm_utilization,
+                )
+                for spec in present
+            ),
+        )
+
+    def gpm(self) -> GpmReading | None:
+        if not self._hardware.gpm:
+            return None
+        sample = self._sample()
+        if sample is None:
+            return None
+        busy = sample.utilization
+        return GpmReading(
+            sm_activity_ratio=busy * _SM_ACTIVITY_PER_UTILIZATION,
+            sm_occupancy_ratio=busy * _SM_OCCUPANCY_PER_UTILIZATION,
+            tensor_activity_ratio=busy * _TENSOR_ACTIVITY_PER_UTILIZATION,
+            dram_activity_ratio=sample.memory_utilization,
+        )
+
 
 class SimulatedBackend:
     """A host of simulated GPUs driven by a scenario.
@@ -316,6 +367,7 @@ class SimulatedBackend:
                 scenario.seed,
                 self._now,
                 self._wall_epoch,
+                scenario.processes,
             )
             for index in range(scenario.gpus.count)
         )

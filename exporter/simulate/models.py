@@ -168,6 +168,9 @@ class Hardware(StrictModel):
     shutdown_celsius: float = 92.0
     gpu_max_celsius: float = 87.0
     memory_max_celsius: float = 95.0
+    # GPU Performance Monitoring (Hopper and later). Off by default, although the default
+    # board is an H100, so that the built-in scenarios' scrapes stay as they were.
+    gpm: bool = False
 
     @field_validator("idle_power_watts")
     @classmethod
@@ -312,3 +315,33 @@ Event = Annotated[
 EVENT_TYPES: tuple[str, ...] = tuple(
     get_args(member.model_fields["type"].annotation)[0] for member in get_args(get_args(Event)[0])
 )
+
+
+# --- processes ------------------------------------------------------------------------------
+
+# Above any Linux pid_max (2**22 at most), so a simulated pid never names a real process.
+SIMULATED_PID_MIN = 2**22 + 1
+
+
+class ProcessSpec(StrictModel):
+    """A process with a context on one GPU from `at`, for `duration` (for good when unset).
+
+    The GPU's own memory and utilisation readings are the scenario's profiles: describe the
+    effect of a process with an override of the same GPU.
+    """
+
+    gpu: int = Field(ge=0)
+    pid: int = Field(ge=SIMULATED_PID_MIN, le=2**32 - 1)
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[\x21-\x7e]+$")
+    type: Literal["compute", "graphics"] = "compute"
+    memory_gib: float | None = Field(default=None, ge=0)
+    sm_utilization: float | None = Field(default=None, ge=0, le=1)
+    at: Duration = 0.0
+    duration: Duration | None = None
+
+    @property
+    def end(self) -> float:
+        return math.inf if self.duration is None else self.at + self.duration
+
+    def present(self, t: float) -> bool:
+        return self.at <= t < self.end

@@ -23,6 +23,7 @@ from mirrorwatch.exporter.simulate.models import (
     NvlinkErrorsEvent,
     Override,
     PcieDowngradeEvent,
+    ProcessSpec,
     StrictModel,
     Workload,
 )
@@ -56,6 +57,9 @@ class Scenario(StrictModel):
     workload: Workload = Workload()
     overrides: list[Override] = Field(default_factory=list)
     events: list[Event] = Field(default_factory=list)
+    # Processes on the GPUs; None (left out): the GPUs list no processes, as where NVML
+    # cannot; [] lists none but counts 0.
+    processes: list[ProcessSpec] | None = None
     # What the scenario drills: [] for none but Watchdog (which always fires), None for unsaid.
     expected_alerts: list[ExpectedAlert] | None = None
 
@@ -78,6 +82,9 @@ class Scenario(StrictModel):
         for i, override in enumerate(self.overrides):
             if override.gpu >= count:
                 return f"overrides[{i}].gpu", _missing_gpu(override.gpu, count)
+        for i, process in enumerate(self.processes or []):
+            if process.gpu >= count:
+                return f"processes[{i}].gpu", _missing_gpu(process.gpu, count)
         for i, event in enumerate(self.events):
             if event.gpu >= count:
                 return f"events[{i}].gpu", _missing_gpu(event.gpu, count)

@@ -23,7 +23,8 @@ ALERTMANAGER_EXAMPLE = ALERTS / "alertmanager.slack-email.example.yml"
 TEMPLATE = ALERTS / "mirrorwatch.tmpl"
 RUNBOOK = REPO / "docs" / "runbook.md"
 
-# The alert names of the project contract (CONTRACT.md, "Alert names").
+# The alert names of the project contract (CONTRACT.md, "Alert names"), and those added
+# beyond it (GpuSharedWithForeignProcess), in thresholds.yml's order.
 CONTRACT_ALERTS = (
     "GpuUtilizationImbalance",
     "GpuThermalThrottling",
@@ -37,6 +38,7 @@ CONTRACT_ALERTS = (
     "GpuEccUncorrectable",
     "GpuMemoryNearlyFull",
     "GpuTemperatureSpread",
+    "GpuSharedWithForeignProcess",
     "GpuMissing",
     "GpuLost",
     "TrainingStalled",

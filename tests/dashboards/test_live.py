@@ -9,6 +9,8 @@ them, and checked there.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import time
@@ -25,6 +27,7 @@ import yaml
 from mirrorwatch.exporter.ingest.schema import (
     Scaling,
 )
+from mirrorwatch.exporter.procfs import INIT_PID_NAMESPACE
 from tests.dashboards.queries import (
     ANNOTATION,
     RULES,
@@ -38,7 +41,7 @@ from tests.dashboards.queries import (
 from tests.exporter.exporter_process import RunningExporter, free_port, running_exporter
 from tests.exporter.ingest_snapshots import steady_training
 
-SCENARIOS = ("healthy", "xid")
+SCENARIOS = ("healthy", "xid", "foreign-process")
 # $__rate_interval as Grafana computes it for a 1 s scrape interval is 4 s; a little more
 # keeps the check independent of scrape jitter.
 RATE_INTERVAL = "10s"
@@ -52,6 +55,25 @@ FILLED_BY: dict[tuple[str, str], str] = {
     ("GPU host", ANNOTATION): "xid",
     ("Training balance", ANNOTATION): "xid",
     ("Fleet", ANNOTATION): "xid",
+    # GPM and process lists: a simulated Hopper host with a stray process from 10 s.
+    **{
+        ("GPU host", panel): "foreign-process"
+        for panel in (
+            "Processes per GPU",
+            "Process memory (top N)",
+            "Process SM share",
+            "SM activity against utilisation (GPM)",
+            "SM occupancy, tensor and DRAM activity (GPM)",
+        )
+    },
+    **{
+        ("Training balance", panel): "foreign-process"
+        for panel in (
+            "SM activity against utilisation (GPM)",
+            "Foreign processes on the run's GPUs",
+            "Foreign process memory",
+        )
+    },
 }
 STEP_SECONDS = 0.04
 PROMETHEUS_START_SECONDS = 30
@@ -107,7 +129,13 @@ class Stack:
 
 
 def snapshot(exporter: RunningExporter, sequence: int) -> str:
-    """A worker's cumulative state after ``sequence`` seconds of 25 steps/s on both GPUs."""
+    """A worker's cumulative state after ``sequence`` seconds of 25 steps/s on both GPUs, from
+    a host-namespace pid no simulated process has (so a scenario's processes are foreign)."""
+    body = json.loads(training(exporter, sequence))
+    return json.dumps({**body, "pid": os.getpid(), "pid_namespace": INIT_PID_NAMESPACE})
+
+
+def training(exporter: RunningExporter, sequence: int) -> str:
     gpus = httpx.get(f"{exporter.url}/api/v1/gpus", timeout=5).json()["gpus"]
     return steady_training(
         gpus,
@@ -204,6 +232,9 @@ def has_data(stack: Stack) -> bool:
         'rate(mirrorwatch_training_steps_total{job="mirrorwatch-healthy"}[10s]) > 0',
         # ...and the xid host's XID has fired its alert.
         'ALERTS{alertname="GpuXidError", alertstate="firing", job="mirrorwatch-xid"}',
+        # ...and the foreign-process host's stray process (from 10 s) is scraped.
+        'mirrorwatch_gpu_foreign_processes{job="mirrorwatch-foreign-process"} > 0',
+        'run_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m{job="mirrorwatch-foreign-process"}',
     ]
     return all(stack.query_range(expr, seconds=2) for expr in checks)
 

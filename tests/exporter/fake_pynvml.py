@@ -95,6 +95,72 @@ class FakeGpu:
     # (any scope) or (field id, scope id) (one NVLink link).
     field_errors: dict[int | tuple[int, int], int] = field(default_factory=dict)
     lost: bool = False  # every call on this GPU raises NVML_ERROR_GPU_IS_LOST
+    # Running processes; None: that list answers NVML_ERROR_NOT_SUPPORTED.
+    compute_processes: list[FakeProcess] | None = None
+    graphics_processes: list[FakeProcess] | None = None
+    # nvmlDeviceGetProcessUtilization's samples; None: NotSupported. Only those newer than the
+    # timestamp asked for are returned; none newer: NVML_ERROR_NOT_FOUND, as the driver does.
+    process_samples: list[FakeProcessSample] | None = None
+    # GPM: nvmlGpmQueryDeviceSupport's isSupportedDevice (None: the call is NotSupported), and
+    # nvmlGpmMetricsGet's value in percent by NVML_GPM_METRIC_* id (a missing id answers
+    # NotSupported in its own nvmlReturn).
+    gpm_supported: bool | None = False
+    gpm_percent: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
+class FakeProcess:
+    """pynvml's friendly object of c_nvmlProcessInfo_v3_t (usedGpuMemory None: N/A)."""
+
+    pid: int
+    usedGpuMemory: int | None  # noqa: N815 - pynvml's member names
+    gpuInstanceId: int = 0xFFFFFFFF  # noqa: N815
+    computeInstanceId: int = 0xFFFFFFFF  # noqa: N815
+
+
+@dataclass
+class FakeProcessSample:
+    """pynvml's c_nvmlProcessUtilizationSample_t: percents, timestamp in microseconds."""
+
+    pid: int
+    timeStamp: int  # noqa: N815
+    smUtil: int  # noqa: N815
+    memUtil: int = 0  # noqa: N815
+    encUtil: int = 0  # noqa: N815
+    decUtil: int = 0  # noqa: N815
+
+
+@dataclass
+class FakeGpmSupport:
+    version: int
+    isSupportedDevice: int  # noqa: N815
+
+
+@dataclass
+class FakeGpmSample:
+    """An allocated GPM sample: which GPU took it and when (the fake's take counter)."""
+
+    gpu: int = -1
+    taken: int = 0
+    freed: bool = False
+
+
+@dataclass
+class FakeGpmMetric:
+    metricId: int = 0  # noqa: N815
+    nvmlReturn: int = 0  # noqa: N815
+    value: float = 0.0
+
+
+class FakeGpmMetricsGet:
+    """pynvml's c_nvmlGpmMetricsGet_t, as the caller fills it in."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: FakeGpmSample | None = None
+        self.sample2: FakeGpmSample | None = None
+        self.metrics = [FakeGpmMetric() for _ in range(pynvml.NVML_GPM_METRIC_MAX)]
 
 
 @dataclass
@@ -166,6 +232,7 @@ class FakeNvml(types.ModuleType):
                 setattr(self, name, getattr(pynvml, name))
         self.gpus = list(gpus)
         self.calls: collections.Counter[str] = collections.Counter()
+        self.event_wait_timeouts_ms: list[int] = []  # each nvmlEventSetWait_v2's timeout
         self.init_error: int | None = None  # nvmlInit raises this NVML_ERROR_*
         self.driver_error: int | None = None  # every call after init raises this
         self.function_errors: dict[str, int] = {}  # function -> error, on every GPU
@@ -175,6 +242,9 @@ class FakeNvml(types.ModuleType):
         self.event_sets_freed = 0
         self.initialized = 0
         self.handle_epoch = 0  # raise it to hand out handles unlike those handed out before
+        self.c_nvmlGpmMetricsGet_t = FakeGpmMetricsGet
+        self.gpm_samples: list[FakeGpmSample] = []  # every sample allocated
+        self.gpm_takes = 0
 
     # Plumbing.
 
@@ -425,6 +495,7 @@ class FakeNvml(types.ModuleType):
 
     def nvmlEventSetWait_v2(self, event_set: str, timeout_ms: int) -> FakeEvent:  # noqa: N802
         self._enter("nvmlEventSetWait_v2")
+        self.event_wait_timeouts_ms.append(timeout_ms)
         if not self.events:
             time.sleep(min(timeout_ms, 1) / 1000)  # a token block, so a polling thread idles
             _raise(pynvml.NVML_ERROR_TIMEOUT)
@@ -438,3 +509,72 @@ class FakeNvml(types.ModuleType):
         """Queue an XID event as the driver would report it."""
         handle = FakeHandle(gpu, self.handle_epoch)
         self.events.append(FakeEvent(handle, pynvml.nvmlEventTypeXidCriticalError, xid))
+
+    # Processes.
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[FakeProcess]:  # noqa: N802
+        found = self._gpu("nvmlDeviceGetComputeRunningProcesses", handle).compute_processes
+        if found is None:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return list(found)
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: FakeHandle) -> list[FakeProcess]:  # noqa: N802
+        found = self._gpu("nvmlDeviceGetGraphicsRunningProcesses", handle).graphics_processes
+        if found is None:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return list(found)
+
+    def nvmlDeviceGetProcessUtilization(  # noqa: N802
+        self, handle: FakeHandle, last_seen_timestamp: int
+    ) -> list[FakeProcessSample]:
+        samples = self._gpu("nvmlDeviceGetProcessUtilization", handle).process_samples
+        if samples is None:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        newer = [sample for sample in samples if sample.timeStamp > last_seen_timestamp]
+        if not newer:
+            _raise(pynvml.NVML_ERROR_NOT_FOUND)
+        return newer
+
+    # GPM.
+
+    def nvmlGpmQueryDeviceSupport(self, handle: FakeHandle) -> FakeGpmSupport:  # noqa: N802
+        supported = self._gpu("nvmlGpmQueryDeviceSupport", handle).gpm_supported
+        if supported is None:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return FakeGpmSupport(pynvml.NVML_GPM_SUPPORT_VERSION, int(supported))
+
+    def nvmlGpmSampleAlloc(self) -> FakeGpmSample:  # noqa: N802
+        self._enter("nvmlGpmSampleAlloc")
+        sample = FakeGpmSample()
+        self.gpm_samples.append(sample)
+        return sample
+
+    def nvmlGpmSampleFree(self, sample: FakeGpmSample) -> None:  # noqa: N802
+        self._enter("nvmlGpmSampleFree")
+        assert not sample.freed, "a GPM sample freed twice"
+        sample.freed = True
+
+    def nvmlGpmSampleGet(self, handle: FakeHandle, sample: FakeGpmSample) -> FakeGpmSample:  # noqa: N802
+        gpu = self._gpu("nvmlGpmSampleGet", handle)
+        if not gpu.gpm_supported:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        assert not sample.freed
+        self.gpm_takes += 1
+        sample.gpu, sample.taken = handle.index, self.gpm_takes
+        return sample
+
+    def nvmlGpmMetricsGet(self, request: FakeGpmMetricsGet) -> FakeGpmMetricsGet:  # noqa: N802
+        self._enter("nvmlGpmMetricsGet")
+        first, second = request.sample1, request.sample2
+        assert request.version == pynvml.NVML_GPM_METRICS_GET_VERSION
+        if first is None or second is None or first.gpu != second.gpu or first.gpu < 0:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        assert first.taken < second.taken, "sample1 must be the earlier sample"
+        gpu = self.gpus[first.gpu]
+        for metric in request.metrics[: request.numMetrics]:
+            percent = gpu.gpm_percent.get(metric.metricId)
+            metric.nvmlReturn = (
+                pynvml.NVML_ERROR_NOT_SUPPORTED if percent is None else pynvml.NVML_SUCCESS
+            )
+            metric.value = 0.0 if percent is None else percent
+        return request

@@ -10,7 +10,9 @@ from mirrorwatch.exporter.backend import (
     BackendStatus,
     Clock,
     EccErrorType,
+    GpmReading,
     GpuDevice,
+    GpuProcesses,
     MemoryBytes,
     NvlinkCounters,
     PcieLink,
@@ -64,6 +66,8 @@ class StaticGpu:
     xids: Mapping[int, float] = field(default_factory=dict)
     xid_last_events: Mapping[int, float] = field(default_factory=dict)
     peer_links: Sequence[PeerLink] = ()
+    process_list: GpuProcesses | None = None
+    gpm_reading: GpmReading | None = None
 
     def alive(self) -> bool:
         return self.is_alive
@@ -130,6 +134,12 @@ class StaticGpu:
 
     def peers(self) -> Sequence[PeerLink]:
         return self.peer_links
+
+    def processes(self) -> GpuProcesses | None:
+        return self.process_list
+
+    def gpm(self) -> GpmReading | None:
+        return self.gpm_reading
 
 
 @dataclass

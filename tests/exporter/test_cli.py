@@ -147,6 +147,7 @@ def test_the_flags_are_the_documented_ones() -> None:
         "--gpus",
         "--expected-gpus",
         "--collectors",
+        "--top-processes",
         "--nvml-retry-max-seconds",
         "--ingest-token-file",
         "--ingest-token",

@@ -264,3 +264,54 @@ def test_families_are_fresh_on_every_scrape() -> None:
     second = list(metrics.collect())
     assert "mirrorwatch_gpu_utilization_ratio" in _names(iter(first))
     assert "mirrorwatch_gpu_utilization_ratio" not in _names(iter(second))
+
+
+STATIC_FAMILIES = (
+    "mirrorwatch_gpu_info",
+    "mirrorwatch_gpu_temperature_threshold_celsius",
+    "mirrorwatch_gpu_clock_max_hertz",
+    "mirrorwatch_gpu_pcie_link_generation_max",
+    "mirrorwatch_gpu_pcie_link_width_max",
+    "mirrorwatch_gpu_p2p_link_info",
+)
+
+
+def _by_name(families: Iterator[Metric]) -> dict[str, Metric]:
+    return {family.name: family for family in families}
+
+
+def test_static_families_are_built_once_while_their_readings_hold() -> None:
+    gpu0 = StaticGpu(index=0, uuid=UUID0, peer_links=[PeerLink(1, "pcie_switch")])
+    gpu1 = StaticGpu(index=1, uuid=UUID1, peer_links=[PeerLink(0, "pcie_switch")])
+    metrics = GpuMetrics(StaticBackend([gpu0, gpu1]), ExporterInfo("1", run_ttl_seconds=300))
+    first, second = _by_name(metrics.collect()), _by_name(metrics.collect())
+    assert [first[name] is second[name] for name in STATIC_FAMILIES] == [True] * 6
+    assert (
+        first["mirrorwatch_gpu_utilization_ratio"]
+        is not second["mirrorwatch_gpu_utilization_ratio"]
+    )
+
+
+def test_static_families_follow_a_changed_reading_or_set_of_gpus() -> None:
+    gpu0 = StaticGpu(index=0, uuid=UUID0, peer_links=[PeerLink(1, "nvlink")])
+    gpu1 = StaticGpu(index=1, uuid=UUID1, peer_links=[PeerLink(0, "nvlink")])
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        GpuMetrics(StaticBackend([gpu0, gpu1]), ExporterInfo("1", run_ttl_seconds=300))
+    )
+
+    def scrape() -> list[str]:
+        return generate_latest(registry).decode().splitlines()
+
+    sm_max = f'mirrorwatch_gpu_clock_max_hertz{{clock="sm",gpu="0",uuid="{UUID0}"}}'
+    assert f"{sm_max} 1.98e+09" in scrape()
+    gpu0.clocks_max = {**gpu0.clocks_max, "sm": 2.1e9}
+    gpu0.peer_links = [PeerLink(1, "pcie_host_bridge")]
+    gpu1.is_alive = False
+    lines = scrape()
+    assert f"{sm_max} 2.1e+09" in lines
+    assert not [line for line in gpu_series(lines, 1) if "clock_max_hertz" in line]
+    assert next(line for line in lines if line.startswith("mirrorwatch_gpu_p2p")) == (
+        f'mirrorwatch_gpu_p2p_link_info{{gpu="0",link="pcie_host_bridge",peer_gpu="1",'
+        f'uuid="{UUID0}"}} 1.0'
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -13,10 +13,19 @@ from prometheus_client.core import (
 )
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
-from prometheus_client.samples import Exemplar
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Exemplar, Sample
 
 from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics
-from mirrorwatch.exporter.exposition import OpenMetricsRenderer, TextRenderer
+from mirrorwatch.exporter.exposition import (
+    OpenMetricsRenderer,
+    TextRenderer,
+    label_set,
+    mark_static,
+)
 from mirrorwatch.exporter.simulate.backend import SimulatedBackend
 from mirrorwatch.exporter.simulate.scenario import load_scenario
 
@@ -107,3 +116,42 @@ def test_exemplars_go_through_prometheus_client_in_openmetrics() -> None:
     counter.samples[0] = counter.samples[0]._replace(exemplar=Exemplar({"trace": "a"}, 1.0, 2.0))
     families: list[Metric] = [counter, GaugeMetricFamily("g", "h", value=1.0)]
     assert OpenMetricsRenderer().render(families) == reference_openmetrics(families)
+
+
+def test_label_sets_carry_the_text_both_formats_render() -> None:
+    labels = label_set({"uuid": 'GPU-"1"', "gpu": "0", "path": "a\\b\nc"})
+    assert labels.text == '{gpu="0",path="a\\\\b\\nc",uuid="GPU-\\"1\\""}'
+    gauge = GaugeMetricFamily("g", "h", labels=["gpu", "uuid", "path"])
+    gauge.samples.append(Sample("g", labels, 1.0))
+    assert TextRenderer().render([gauge]) == reference([gauge])
+    assert OpenMetricsRenderer().render([gauge]) == reference_openmetrics([gauge])
+
+
+def test_a_static_family_is_rendered_once_then_its_text_reused() -> None:
+    static = mark_static(GaugeMetricFamily("static", "s", value=1.0))
+    fresh = GaugeMetricFamily("fresh", "f", value=2.0)
+    for renderer in (TextRenderer(), OpenMetricsRenderer()):
+        first = renderer.render([static, fresh])
+        static.samples[0] = static.samples[0]._replace(value=5.0)  # breaks the promise on purpose
+        fresh.samples[0] = fresh.samples[0]._replace(value=3.0)
+        second = renderer.render([static, fresh])
+        assert b"static 1.0" in second  # its text came from the first render
+        assert b"fresh 3.0" in second
+        assert b"static 1.0" in first
+        static.samples[0] = static.samples[0]._replace(value=1.0)
+
+
+def test_openmetrics_scrape_parses_to_the_samples_of_the_text_scrape() -> None:
+    backend = SimulatedBackend(load_scenario("nvlink-errors", gpus=4), clock=lambda: 90.0)
+    families = list(GpuMetrics(backend, ExporterInfo("1", run_ttl_seconds=300)).collect())
+    text = TextRenderer().render(families).decode()
+    om = OpenMetricsRenderer().render(families).decode()
+
+    def samples(parsed: Iterable[Metric]) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+        return {
+            (s.name, tuple(sorted(s.labels.items())), s.value) for f in parsed for s in f.samples
+        }
+
+    parsed_text = samples(text_string_to_metric_families(text))
+    assert len(parsed_text) > 100
+    assert samples(openmetrics_families(om)) == parsed_text  # type: ignore[no-untyped-call]

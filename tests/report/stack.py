@@ -3,6 +3,8 @@ training run pushed every second: the ground the report tests stand on."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,6 +28,7 @@ from demo.stack import (
     prometheus_process,
 )
 from mirrorwatch.exporter.ingest.schema import Scaling
+from mirrorwatch.exporter.procfs import INIT_PID_NAMESPACE
 from tests.exporter.ingest_snapshots import steady_training
 
 # A second GPU that gives 1.6x and not 1.9x: what the trainer reports against its baseline.
@@ -56,6 +59,13 @@ class Hosts:
 
 
 def _snapshot(gpus: Sequence[dict[str, Any]], sequence: int) -> str:
+    body = _training(gpus, sequence)
+    # A worker in the host PID namespace with this test's pid: no simulated process has it,
+    # so a scenario's processes are all foreign to the run (docs/api.md).
+    return json.dumps({**json.loads(body), "pid": os.getpid(), "pid_namespace": INIT_PID_NAMESPACE})
+
+
+def _training(gpus: Sequence[dict[str, Any]], sequence: int) -> str:
     return steady_training(
         gpus,
         sequence,

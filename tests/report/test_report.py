@@ -23,7 +23,14 @@ import pytest
 
 from tests.report.stack import EFFICIENCY, SPEEDUP, Hosts, run_of, running_hosts
 
-SCENARIOS = ("imbalance", "thermal-throttle", "pcie-degraded", "healthy", "cross-numa")
+SCENARIOS = (
+    "imbalance",
+    "thermal-throttle",
+    "pcie-degraded",
+    "healthy",
+    "cross-numa",
+    "foreign-process",
+)
 # Balanced and cool, but the pair has no NVLink and sits on two CPU sockets.
 CROSS_NUMA = """
 description: Two busy, balanced GPUs without NVLink, one on each CPU socket.
@@ -150,6 +157,25 @@ def test_a_pair_without_nvlink_across_sockets_is_the_interconnect(reports: Repor
     assert [f["kind"] for f in findings] == ["interconnect"]
     assert "across CPU sockets" in findings[0]["summary"]
     assert findings[0]["share"] > 0.9
+
+
+def test_a_foreign_process_names_the_shared_gpu_and_how_long(reports: Reports) -> None:
+    report = reports.by_scenario["foreign-process"]
+    top = report.top
+    assert (top["kind"], top["gpu"]) == ("foreign_process", "1")
+    assert top["runbook"] == "docs/runbook.md#gpusharedwithforeignprocess"
+    # The notebook arrives 10 s into the scenario and stays: most of the run's range.
+    assert 0.5 < top["share"] <= 1
+    figures = {f["name"]: f["value"] for f in top["evidence"]["figures"]}
+    assert figures["most foreign processes at once"] == 1
+    assert figures["most memory they held"] == 12 * 1024**3
+    # GPU 0's probe came and went at 40 s, if the range reached it; GPU 1 is the one shared.
+    assert next(f["gpu"] for f in report.findings if f["kind"] == "foreign_process") == "1"
+    # Its chart is drawn under it; on hosts without such series it is left out (CHARTS).
+    page = (report.out / "report.html").read_text(encoding="utf-8")
+    chart = re.search(r'data-chart="foreign".*?</svg>', page, re.S)
+    assert chart is not None
+    assert "<polyline " in chart.group(0)
 
 
 def test_a_healthy_run_has_nothing_wrong(reports: Reports) -> None:

@@ -210,3 +210,34 @@ def test_building_snapshots_imports_neither_keras_nor_tensorflow() -> None:
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_worker_of_a_multi_worker_run_reports_its_share_of_the_examples(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    # Worker with 2 of the run's 8 replicas (4 hosts): a quarter of every global batch of 32.
+    meter, probe, clock = StepMeter(), FakeProbe(), Clock()
+    snapshots = SnapshotBuilder(meter, "session-1", 32, probe=probe, clock=clock)
+    worker_gpus = [f"/job:worker/replica:0/task:2/device:GPU:{i}" for i in range(2)]
+    snapshots.describe_job("cnn", "MultiWorkerMirroredStrategy", worker_gpus, None, 8)
+    meter.begin_training()
+    meter.begin_epoch(1)
+    steps(meter, 11, 0.1)
+    clock.now += 1
+    snapshot = snapshots.build(active=True, sequence=1, dropped=0)
+    # steps: the run's (every worker steps through each global batch); replicas: its own;
+    # global_batch_size: the run's; examples: its share, so the workers' shares add up.
+    assert (snapshot.steps_total, snapshot.replicas, snapshot.global_batch_size) == (11, 2, 32)
+    assert snapshot.examples_total == 11 * 8
+    # The first step is tracing and left out; then 10 steps of 8 examples in 1 s.
+    assert snapshot.examples_per_second == pytest.approx(80)
+    assert snapshots.steady_examples_per_second() == pytest.approx(80)
+
+
+def test_on_one_host_every_replica_is_in_sync_and_the_share_is_the_whole_batch(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    snapshots, meter, _, _ = builder()
+    snapshots.describe_job("resnet", "MirroredStrategy", [GPU.format(0), GPU.format(1)], None, 2)
+    steps(meter, 10, 0.1)
+    assert snapshots.build(active=True, sequence=1, dropped=0).examples_total == 10 * 32

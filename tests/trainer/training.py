@@ -20,7 +20,7 @@ def data(seed: int = 0) -> tuple[Any, Any]:
 
 def tiny_model(strategy: Any | None = None, steps_per_execution: int = 1) -> Any:
     """Always the same weights: seeded before it is built."""
-    import keras
+    from mirrorwatch.trainer.keras_api import keras
 
     keras.utils.set_random_seed(1)
 

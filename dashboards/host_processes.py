@@ -1,0 +1,68 @@
+"""GPU host row about who runs on each GPU and how busy its SMs really are (processes, GPM)."""
+
+from __future__ import annotations
+
+from dashboards.host_gpus import by_gpu
+from dashboards.kinds import amount_series, ratio_series
+from dashboards.layout import Row
+
+
+def processes_row() -> Row:
+    process = "{{process}} ({{pid}})"
+    return Row(
+        "Processes and SM activity",
+        [
+            amount_series(
+                "Processes per GPU",
+                "Processes with a context on each GPU, compute and graphics. A training GPU "
+                "normally has one compute process per replica's worker; more is another job "
+                "sharing it (GpuSharedWithForeignProcess where the run reports its pid). "
+                "Empty where NVML cannot list processes.",
+                "short",
+                [by_gpu("mirrorwatch_gpu_processes", legend="{{type}}")],
+            ),
+            amount_series(
+                "Process memory (top N)",
+                "Device memory of the processes using the most of it on each GPU (the "
+                "exporter's --top-processes, 5 by default), by pid and name, and all of the "
+                "GPU's processes together. A process that leaves drops off at the next scrape.",
+                "bytes",
+                [
+                    by_gpu("mirrorwatch_gpu_process_memory_used_bytes", legend=process),
+                    by_gpu("mirrorwatch_gpu_processes_memory_used_bytes", legend="all"),
+                ],
+            ),
+            ratio_series(
+                "Process SM share",
+                "Each top process's share of the GPU's SM time over the driver's last sample "
+                "(nvmlDeviceGetProcessUtilization). Two processes sharing a training GPU "
+                "split it; empty on GPUs that do not report it.",
+                [by_gpu("mirrorwatch_gpu_process_sm_utilization_ratio", legend=process)],
+            ),
+            ratio_series(
+                "SM activity against utilisation (GPM)",
+                "GPM's SM activity (share of SMs busy, Hopper and later) beside utilisation "
+                "(share of time any kernel ran). Utilisation near 100 % with low SM activity: "
+                "small kernels or a starved replica keep the GPU nominally busy. Where every "
+                "GPU of a run has it, the run's balance is measured in SM activity.",
+                [
+                    by_gpu("mirrorwatch_gpu_sm_activity_ratio", legend="SM activity"),
+                    by_gpu("mirrorwatch_gpu_utilization_ratio", legend="utilisation"),
+                ],
+                width=12,
+            ),
+            ratio_series(
+                "SM occupancy, tensor and DRAM activity (GPM)",
+                "Resident warps against the SMs' maximum (occupancy), share of time the "
+                "tensor cores ran, and DRAM bandwidth against its peak, per GPU, from GPM. "
+                "Low tensor activity in mixed-precision training: the math is not on tensor "
+                "cores; DRAM near 100 %: memory-bound.",
+                [
+                    by_gpu("mirrorwatch_gpu_sm_occupancy_ratio", legend="occupancy"),
+                    by_gpu("mirrorwatch_gpu_tensor_activity_ratio", legend="tensor"),
+                    by_gpu("mirrorwatch_gpu_dram_activity_ratio", legend="DRAM"),
+                ],
+                width=12,
+            ),
+        ],
+    )
