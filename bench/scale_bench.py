@@ -38,13 +38,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.machine import machine
-from demo.stack import REPO, Address, Process, Processes, exporter_process, write_yaml
+from demo.stack import REPO, Address, Process, Processes, write_yaml
 from tests.dashboards.queries import expand, load_dashboards, panels
 from tests.fleet.fleet import (
     VMAGENT_CONFIG,
     binary,
     central_prometheus_process,
     loopback,
+    start_simulated_exporter,
     victoria_metrics_process,
     vmalert_process,
 )
@@ -212,26 +213,6 @@ def rule_times(url: str, evaluator: str, top: int = 8) -> list[dict[str, Any]]:
     return sorted(rules, key=lambda r: -float(r["seconds"]))[:top]
 
 
-def start_exporter(processes: Processes, workdir: Path, index: int) -> tuple[Address, Process]:
-    """A simulated 8-GPU exporter on a free port. The port is chosen just before the start and
-    the process must still run once /readyz answers: on a machine where other jobs take free
-    ports too, another server may have taken it (and answered) meanwhile."""
-    for _ in range(5):
-        address = loopback()
-        process = exporter_process(
-            workdir / f"exporter-{index}",
-            "healthy",
-            address,
-            ["--gpus", str(GPUS_PER_HOST), "--log-level", "warning"],
-        )
-        process.name = f"exporter-{index}"
-        processes.start(process, f"{address.url}/readyz")
-        time.sleep(0.5)
-        if process.alive():
-            return address, process
-    raise RuntimeError(f"exporter-{index} could not keep a free port")
-
-
 # --- the run ----------------------------------------------------------------------------------
 
 
@@ -268,7 +249,13 @@ def main() -> None:
                 f"{prometheus.url}/-/ready",
             )
         for i in range(args.exporters):
-            address, process = start_exporter(processes, workdir, i)
+            address, process = start_simulated_exporter(
+                processes,
+                workdir,
+                f"exporter-{i}",
+                "healthy",
+                ["--gpus", str(GPUS_PER_HOST), "--log-level", "warning"],
+            )
             exporters.append(address)
             started[process.name] = process
         config = write_yaml(workdir / "vmagent.yml", vmagent_config(exporters, args.hosts))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from mirrorwatch.exporter.backend import (
     CLOCKS_EVENT_REASONS,
@@ -116,6 +116,9 @@ class _Round:
         self.fields: dict[FieldKey, float] | None = None  # None: not fetched yet this round
         self.fields_unavailable = False
         self.used_groups: set[str] = set()
+        # The processes on the GPU, read once per scrape: the processes collector and the
+        # runs' foreign-process families (ingest/metrics.py) describe the same moment.
+        self.processes: Any = _UNREAD
 
     def take(self, key: str) -> Any:
         with self.lock:
@@ -452,9 +455,24 @@ class NvmlDevice:
         return self.features.peer_links
 
     def processes(self) -> GpuProcesses | None:
+        """The GPU's processes; within a scrape's round, one NVML reading serves every caller.
+
+        Unlike the round's other readings this one is handed out more than once: its families
+        must agree with each other, and a second read would find no newer per-process sample
+        (``nvmlDeviceGetProcessUtilization`` answers since the last one).
+        """
         if self._processes is None or self.lost:
             return None
-        return self._processes.read(self.gpu)
+        current = self._round
+        if current is not None:
+            with current.lock:
+                if current.processes is not _UNREAD:
+                    return cast("GpuProcesses | None", current.processes)
+        reading = self._processes.read(self.gpu)
+        if current is not None:
+            with current.lock:
+                current.processes = reading
+        return reading
 
     def gpm(self) -> GpmReading | None:
         # Sampled by the background thread (nvml/gpm.py); a scrape only reads the result.

@@ -64,7 +64,7 @@ def test_slack_email_example_keeps_the_same_routes_and_inhibitions() -> None:
 
 def test_critical_alerts_repeat_sooner_than_the_rest() -> None:
     route = load_yaml(ALERTMANAGER_CONFIG)["route"]
-    assert route["group_by"] == ["alertname", "instance", "run"]
+    assert route["group_by"] == ["alertname", "cluster", "host", "instance", "run"]
     (critical,) = [r for r in route["routes"] if r["matchers"] == ['severity="critical"']]
     hours = {"1h": 1, "4h": 4}
     assert hours[critical["repeat_interval"]] < hours[route["repeat_interval"]]
@@ -273,6 +273,12 @@ def test_live_alertmanager_inhibits_as_documented(alertmanager: Alertmanager) ->
     exporter_down = alert("MirrorwatchExporterDown", "warning", instance="h4:9848")
     gpu_lost = alert("GpuLost", "critical", instance="h2:9848", gpu="1", uuid="GPU-1")
     critical_xid = alert("GpuXidError", "critical", instance="h3:9848", gpu="0", xid="79")
+    # Behind per-host agents (deploy/fleet/) every host's exporter may be `localhost:9848`:
+    # `host` (an agent's external label) tells them apart. Alertmanager takes a label missing
+    # from both alerts as equal (inhibit.go, `equal`), so single-host alerts work as before.
+    agent_down = alert(
+        "MirrorwatchExporterDown", "warning", instance="localhost:9848", host="gpu-a"
+    )
     silenced = [
         # NVML unavailable / exporter down on a host silence that host's GPU alerts...
         alert("GpuMissing", "critical", instance="h1:9848"),
@@ -283,6 +289,8 @@ def test_live_alertmanager_inhibits_as_documented(alertmanager: Alertmanager) ->
         alert("GpuUtilizationImbalance", "warning", instance="h2:9848", gpu="1", run="r"),
         # ...and a critical alert silences the warning of the same alert on the same GPU.
         alert("GpuXidError", "warning", instance="h3:9848", gpu="0", xid="13"),
+        # ...and an exporter down behind an agent silences its own host only.
+        alert("GpuThermalThrottling", "warning", instance="localhost:9848", host="gpu-a", gpu="0"),
     ]
     sources = {
         key(silenced[0]["labels"]): nvml_down,
@@ -291,6 +299,7 @@ def test_live_alertmanager_inhibits_as_documented(alertmanager: Alertmanager) ->
         key(silenced[3]["labels"]): gpu_lost,
         key(silenced[4]["labels"]): gpu_lost,
         key(silenced[5]["labels"]): critical_xid,
+        key(silenced[6]["labels"]): agent_down,
     }
     untouched = [
         nvml_down,
@@ -302,6 +311,9 @@ def test_live_alertmanager_inhibits_as_documented(alertmanager: Alertmanager) ->
         alert("TrainingStalled", "critical", instance="h1:9848", run="r", worker="0"),
         alert("GpuPcieLinkDegraded", "warning", instance="h2:9848", gpu="0", uuid="GPU-0"),
         alert("GpuXidError", "warning", instance="h3:9848", gpu="1", xid="13"),
+        agent_down,
+        # The same instance on another host behind its own agent: not silenced.
+        alert("GpuThermalThrottling", "warning", instance="localhost:9848", host="gpu-b", gpu="0"),
     ]
     sent = silenced + untouched
     alertmanager.request("POST", "/api/v2/alerts", sent)
@@ -318,3 +330,21 @@ def test_live_alertmanager_inhibits_as_documented(alertmanager: Alertmanager) ->
         status = got[key(other["labels"])]["status"]
         assert status["inhibitedBy"] == [], (other["labels"], status)
         assert status["state"] == "active", (other["labels"], status)
+
+
+def test_live_alertmanager_groups_hosts_behind_agents_apart(alertmanager: Alertmanager) -> None:
+    """One notification group per host, even where every host's exporter is `localhost:9848`."""
+    sent = [
+        alert("GpuThermalThrottling", "warning", instance="localhost:9848", host=h, gpu="0")
+        for h in ("gpu-a", "gpu-b")
+    ]
+    alertmanager.request("POST", "/api/v2/alerts", sent)
+    deadline = time.monotonic() + INHIBIT_TIMEOUT_S
+    while True:
+        groups = alertmanager.request("GET", "/api/v2/alerts/groups")
+        hosts = sorted(g["labels"].get("host", "") for g in groups)
+        if hosts == ["gpu-a", "gpu-b"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert hosts == ["gpu-a", "gpu-b"], groups
+    assert all(len(g["alerts"]) == 1 for g in groups), groups

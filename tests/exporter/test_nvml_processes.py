@@ -242,3 +242,23 @@ def test_a_lost_gpu_has_no_gpm_and_starts_a_fresh_interval_when_back(
     clock.now += GPM_SAMPLE_INTERVAL_S
     backend.poll()
     assert device.gpm() == GpmReading(0.725, 0.4, 0.55, 0.31)
+
+
+def test_one_scrape_reads_the_processes_once_for_every_family(make_backend: Any) -> None:
+    gpu = FakeGpu(
+        compute_processes=[FakeProcess(10, GIB)],
+        process_samples=[FakeProcessSample(pid=10, timeStamp=100, smUtil=40)],
+    )
+    fake = FakeNvml([gpu])
+    device = make_backend(fake).gpus()[0]
+    lists = "nvmlDeviceGetComputeRunningProcesses"
+    assert device.alive()  # a scrape's probe opens its round
+    before = fake.calls[lists]
+    first, again = device.processes(), device.processes()
+    assert fake.calls[lists] - before == 1
+    assert first is not None
+    assert again == first  # the SM share too, not lost to the second ask
+    assert first.processes[0].sm_utilization_ratio == 0.4
+    assert device.alive()  # the next scrape reads afresh
+    device.processes()
+    assert fake.calls[lists] - before == 2

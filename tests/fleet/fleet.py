@@ -20,7 +20,18 @@ import httpx
 import pytest
 import yaml
 
-from demo.stack import REPO, Address, Process, find_binary, free_port, load_yaml, write_yaml
+from demo.stack import (
+    REPO,
+    Address,
+    Process,
+    Processes,
+    StackError,
+    exporter_process,
+    find_binary,
+    free_port,
+    load_yaml,
+    write_yaml,
+)
 
 DEPLOY = REPO / "deploy" / "fleet"
 VMAGENT_CONFIG = DEPLOY / "vmagent" / "scrape.yml"
@@ -224,6 +235,23 @@ def central_prometheus_process(
 
 def loopback() -> Address:
     return Address("127.0.0.1", free_port())
+
+
+def start_simulated_exporter(
+    processes: Processes, workdir: Path, name: str, scenario: str, args: Sequence[str] = ()
+) -> tuple[Address, Process]:
+    """A simulated exporter on a free loopback port, started and ready. The port is chosen just
+    before the start, and the process must still run once /readyz answers: where other jobs
+    take free ports too, another server may have taken it (and answered) meanwhile."""
+    for _ in range(5):
+        address = loopback()
+        process = exporter_process(workdir / name, scenario, address, args)
+        process.name = name
+        processes.start(process, f"{address.url}/readyz")
+        time.sleep(0.5)
+        if process.alive():
+            return address, process
+    raise StackError(f"{name} could not keep a free port:\n{process.log_tail()}")
 
 
 # --- asking the stores ------------------------------------------------------------------------

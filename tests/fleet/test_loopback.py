@@ -23,7 +23,6 @@ import yaml
 
 from demo.receiver import Alert, Notification, Receiver
 from demo.stack import Address, Processes, StackError, alertmanager_config, alertmanager_process
-from demo.stack import exporter_process as simulated_exporter
 from tests.dashboards.queries import expand, load_dashboards, targets
 from tests.e2e.drill import GROUP_INTERVAL, GROUP_WAIT, FastRules, build_fast_rules
 from tests.fleet.fleet import (
@@ -34,6 +33,7 @@ from tests.fleet.fleet import (
     labels,
     loopback,
     prometheus_agent_process,
+    start_simulated_exporter,
     victoria_metrics_process,
     vmagent_process,
     vmalert_process,
@@ -120,10 +120,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                 f"{alertmanager.url}/-/ready",
             )
             for host in HOSTS:
-                exporter = loopback()
-                process = simulated_exporter(workdir / host.name, host.scenario, exporter)
-                process.name = f"{host.name}-exporter"
-                processes.start(process, f"{exporter.url}/readyz")
+                exporter, _ = start_simulated_exporter(
+                    processes, workdir, f"{host.name}-exporter", host.scenario
+                )
                 agent = vmagent_process if host.agent == "vmagent" else prometheus_agent_process
                 listen = loopback()
                 processes.start(
