@@ -153,13 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ThresholdsError, FragmentError, OSError) as error:
         sys.stderr.write(f"mirrorwatch.alerts.build: {error}\n")
         return 2
-    output: Path = args.output
-    if args.check:
+    return write_or_check("mirrorwatch.alerts.build", args.output, text, check=args.check)
+
+
+def write_or_check(tool: str, output: Path, text: str, *, check: bool) -> int:
+    """Write a generated file, or with ``check`` exit 1 when the file on disk differs."""
+    if check:
         current = output.read_text(encoding="utf-8") if output.exists() else ""
         if current != text:
-            sys.stderr.write(
-                f"mirrorwatch.alerts.build: {output} is out of date; run `make alerts`\n"
-            )
+            sys.stderr.write(f"{tool}: {output} is out of date; run `make alerts`\n")
             return 1
         return 0
     output.write_text(text, encoding="utf-8")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from mirrorwatch.alerts.build import RULES_FILE, build
+from mirrorwatch.alerts.build import RULES_FILE, build, write_or_check
 from mirrorwatch.alerts.fragments import FragmentError
 from mirrorwatch.alerts.thresholds import THRESHOLDS_FILE, ThresholdsError, load_thresholds
 
@@ -89,17 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ThresholdsError, FragmentError, OSError) as error:
         sys.stderr.write(f"mirrorwatch.alerts.kubernetes: {error}\n")
         return 2
-    output: Path = args.output
-    if args.check:
-        current = output.read_text(encoding="utf-8") if output.exists() else ""
-        if current != text:
-            sys.stderr.write(
-                f"mirrorwatch.alerts.kubernetes: {output} is out of date; run `make alerts`\n"
-            )
-            return 1
-        return 0
-    output.write_text(text, encoding="utf-8")
-    return 0
+    return write_or_check("mirrorwatch.alerts.kubernetes", args.output, text, check=args.check)
 
 
 if __name__ == "__main__":

@@ -18,24 +18,15 @@ import os
 import statistics
 import sys
 import time
-import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.metrics_core import Metric
-from prometheus_client.openmetrics import exposition as openmetrics
-from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.machine import machine
-from bench.peers_bench import PLAIN_HEADERS, PROMETHEUS_HEADERS
-from mirrorwatch.exporter.routes.metrics import GZIP_LEVEL
+from bench.peers_bench import MODES, PLAIN_HEADERS, floor_cpu_ms
 from tests.exporter.exporter_process import running_exporter
-
-MODES = {"plain": PLAIN_HEADERS, "prometheus": PROMETHEUS_HEADERS}
 
 TICKS = os.sysconf("SC_CLK_TCK")
 TARGETS = {
@@ -56,30 +47,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS")
-
-
-class Prebuilt:
-    """A collector that yields families parsed once: rendering cost only, no collection."""
-
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self.families)
-
-
-def floor_cpu_ms(text: str, renders: int, mode: str) -> float:
-    """prometheus_client's CPU per render of ``text``'s samples, as ``mode``'s headers ask."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Prebuilt(list(text_string_to_metric_families(text))))
-    started = time.process_time()
-    for _ in range(renders):
-        if mode == "prometheus":
-            body: bytes = openmetrics.generate_latest(registry)  # type: ignore[no-untyped-call]
-            zlib.compress(body, GZIP_LEVEL, wbits=31)
-        else:
-            generate_latest(registry)
-    return (time.process_time() - started) / renders * 1000
 
 
 def scrape_mode(
@@ -120,7 +87,7 @@ def measure(gpus: int, scrapes: int) -> dict[str, Any]:
             client.get(exporter.url + "/readyz").raise_for_status()
         http_cpu_ms = (process_cpu_seconds(pid) - cpu_before) / scrapes * 1000
     for mode, row in modes.items():
-        floor = floor_cpu_ms(text, scrapes, mode)
+        floor = floor_cpu_ms(text, mode, scrapes)
         row["floor_cpu_ms_per_render"] = round(floor, 3)
         row["floor_ratio"] = round(row["cpu_ms_per_scrape"] / floor, 2)
     samples = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
