@@ -362,9 +362,12 @@ def balanced_snapshot(gpus: Sequence[Mapping[str, Any]], sequence: int) -> str:
 
 
 @contextmanager
-def synthetic_training(drill: Drill, run: str, interval: float = 1.0) -> Iterator[None]:
+def synthetic_training(
+    drill: Drill, run: str, interval: float = 1.0, extra: Mapping[str, Any] | None = None
+) -> Iterator[None]:
     """Push a steady, balanced training run through the ingest API every ``interval`` s, as
-    the callback does, until the block ends. Push failures fail the test afterwards."""
+    the callback does, until the block ends; ``extra`` fields join every snapshot. Push
+    failures fail the test afterwards."""
     gpus = drill.gpus()
     stop = threading.Event()
     errors: list[str] = []
@@ -374,9 +377,12 @@ def synthetic_training(drill: Drill, run: str, interval: float = 1.0) -> Iterato
         with httpx.Client(timeout=5) as client:
             while not stop.is_set():
                 sequence += 1
+                body = balanced_snapshot(gpus, sequence)
+                if extra:
+                    body = json.dumps({**json.loads(body), **extra})
                 response = client.put(
                     f"{drill.exporter_url}/api/v1/runs/{run}/workers/0",
-                    content=balanced_snapshot(gpus, sequence),
+                    content=body,
                     headers={"Content-Type": "application/json"},
                 )
                 if response.status_code != 200:

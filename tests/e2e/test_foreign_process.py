@@ -3,53 +3,20 @@ GPU only, end to end; the simulated Hopper GPUs' GPM measures the run's balance.
 
 from __future__ import annotations
 
-import json
 import os
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
 from mirrorwatch.exporter.procfs import INIT_PID_NAMESPACE
-from tests.e2e.drill import Drill, FastRules, Latency, balanced_snapshot, measure, running_drill
+from tests.e2e.drill import FastRules, Latency, measure, running_drill, synthetic_training
 
 RUN = "e2e-foreign"
 # The notebook arrives 10 s after the exporter starts; then `for:` (10 s) and group_wait.
 DEADLINE_SECONDS = 90
 
 
-@contextmanager
-def training_with_pid(drill: Drill, run: str) -> Iterator[None]:
-    """Balanced pushes every second from a worker in the host PID namespace (this test's pid:
-    no simulated process has it, so both simulated processes are foreign to the run)."""
-    gpus = drill.gpus()
-    stop = threading.Event()
-    errors: list[str] = []
-
-    def push() -> None:
-        sequence = 0
-        with httpx.Client(timeout=5) as client:
-            while not stop.is_set():
-                sequence += 1
-                body = json.loads(balanced_snapshot(gpus, sequence))
-                body.update(pid=os.getpid(), pid_namespace=INIT_PID_NAMESPACE)
-                response = client.put(
-                    f"{drill.exporter_url}/api/v1/runs/{run}/workers/0", json=body
-                )
-                if response.status_code not in (200, 201):
-                    errors.append(f"push {sequence}: {response.status_code} {response.text}")
-                stop.wait(1.0)
-
-    thread = threading.Thread(target=push, name="foreign-drill-training", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-    assert not errors, errors[:3]
+# A worker in the host PID namespace with this test's pid: no simulated process has it, so
+# both simulated processes are foreign to the run.
+OWN_PID = {"pid": os.getpid(), "pid_namespace": INIT_PID_NAMESPACE}
 
 
 def test_a_foreign_process_on_a_runs_gpu_alerts_for_that_gpu(
@@ -57,7 +24,7 @@ def test_a_foreign_process_on_a_runs_gpu_alerts_for_that_gpu(
 ) -> None:
     with running_drill("foreign-process", fast_rules, tmp_path) as drill:
         gpus = drill.gpus()
-        with training_with_pid(drill, RUN):
+        with synthetic_training(drill, RUN, extra=OWN_PID):
             notification, alert = drill.wait_alert(
                 "GpuSharedWithForeignProcess", DEADLINE_SECONDS, run=RUN
             )
