@@ -51,6 +51,13 @@ RUN_SPREAD = "run:mirrorwatch_gpu_utilization_ratio:spread1m"
 RUN_GPU_DEVIATION = "run_gpu:mirrorwatch_gpu_utilization_ratio:deviation1m"
 HOST_SPREAD = "instance:mirrorwatch_gpu_utilization_ratio:spread1m"
 THROTTLE = "instance_gpu:mirrorwatch_gpu_throttle_seconds:rate5m"
+# Per GPU: the share of the last minute it was throttled for heat (GpuThermalThrottling).
+THERMAL_MINUTE = "instance_gpu:mirrorwatch_gpu_thermal_throttle:ratio1m"
+# The per-minute shares ride out a scrape gap this long, and are read each second of the minute:
+# a share that moves smoothly (1/60 a second), not in steps of a scrape, so that Prometheus and
+# vmalert, evaluating a moment apart, agree on it (tests/fleet/test_loopback.py).
+GAP_BRIDGED = "2m"
+SHARE_STEP = "1s"
 THROUGHPUT = "instance_run:mirrorwatch_training_examples_per_second:sum"
 THROUGHPUT_BASELINE = "instance_run:mirrorwatch_training_examples_per_second:median1h"
 GPU_SM_ACTIVITY = "instance_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m"
@@ -94,10 +101,37 @@ def reasons(names: Sequence[str]) -> str:
 def throttled_share(violation: str, clock_reasons: Sequence[str]) -> str:
     """The share of the last 5 minutes each GPU was held back for one cause: from the driver's
     violation counter (``violation`` reason of THROTTLE), else from how long the matching
-    clock-event reasons were active (GPUs without violation counters)."""
+    clock-event reasons were active (GPUs without violation counters). `or on` the GPU: the
+    counter, where there is one, wins over the clock events, which are a sample per scrape."""
     counter = RULES(THROTTLE, f'reason="{violation}"')
     clocks = RULES("mirrorwatch_gpu_clocks_event_active", reasons(clock_reasons))
-    return f"max by ({GPU_KEY}) (\n  {counter}\n  or\n  avg_over_time({clocks}[5m])\n)"
+    return (
+        f"max by ({GPU_KEY}) (\n  {counter}\n  or on ({GPU_KEY})\n  avg_over_time({clocks}[5m])\n)"
+    )
+
+
+def throttled_share_of_minute(violation: str, clock_reasons: Sequence[str]) -> str:
+    """The share of the last minute each GPU was held back for one cause, by the same two
+    sources as ``throttled_share``: the mean of their readings at every SHARE_STEP of it.
+
+    The counter's irate() is the rate between its last two samples: across a scrape gap of up
+    to GAP_BRIDGED it is the true rate over the gap, where increase() over a minute that starts
+    in the gap extrapolates from its few samples and reads a fraction of the real share (and a
+    minute without samples reads nothing at all, restarting the alert's `for`). The clock
+    events carry their last reading across the same gap. Capped at 1: the driver's counter
+    may step by a little more than the time between two scrapes. Rounded to 0.01 percentage
+    points like the spreads, so that 5% of a minute meets a 0.05 threshold.
+    """
+    counter = RULES("mirrorwatch_gpu_throttle_seconds_total", f'reason="{violation}"')
+    clocks = RULES("mirrorwatch_gpu_clocks_event_active", reasons(clock_reasons))
+    per_minute = f"[1m:{SHARE_STEP}]"
+    return (
+        f"round(\n  clamp_max(\n    max by ({GPU_KEY}) (\n"
+        f"      avg_over_time(irate({counter}[{GAP_BRIDGED}]){per_minute})\n"
+        f"      or on ({GPU_KEY})\n"
+        f"      avg_over_time(last_over_time({clocks}[{GAP_BRIDGED}]){per_minute})\n"
+        "    ),\n    1\n  ),\n  0.0001\n)"
+    )
 
 
 # --- generic shapes -----------------------------------------------------------------------------

@@ -89,6 +89,9 @@ def rules(t: Thresholds) -> list[Record]:
         # Seconds throttled per second: the fraction of time each reason held clocks back.
         # increase / 300 rather than rate(): the same number from Prometheus and vmalert.
         Record(q.THROTTLE, q.throttle_share_of_window(q.RULES, "5m", 300)),
+        # Minute by minute, so that "throttled for heat in each of the last five minutes" can
+        # be asked: a 5-minute mean is above 0 for five minutes after any one-minute blip.
+        Record(q.THERMAL_MINUTE, q.throttled_share_of_minute("thermal", q.THERMAL_REASONS)),
         Record(
             q.THROUGHPUT,
             """

@@ -13,16 +13,19 @@ TEMPERATURE_NOW = gpu_value("mirrorwatch_gpu_temperature_celsius", "humanize")
 def alerts(t: Thresholds) -> list[Alert]:
     busy_temperature = q.busy_temperature(t.busy_utilization_ratio)
     return [
+        # Pending while the share of the last minute reaches the fraction, firing once it has
+        # for all of `for`: every minute of it throttled that much. The first minute below
+        # resolves it. The share rides out a scrape gap (queries.throttled_share_of_minute).
         Alert(
             "GpuThermalThrottling",
             "warning",
-            "«throttled» > «throttled_fraction»",
+            "«thermal_minute» >= «minute_fraction»",
             "GPU {{ $labels.gpu }} of {{ $labels.instance }} is thermally throttled",
-            "«GPU», «RUN_OF_GPU», lowered its clocks for heat «PCT» of the last 5 minutes "
-            "(now at «temperature» °C).",
+            "«GPU», «RUN_OF_GPU», keeps lowering its clocks for heat: at least "
+            "«minute_fraction:%» of every minute, «PCT» of the last one (now at «temperature» °C).",
             "«PCT»",
             fragments={
-                "throttled": q.throttled_share("thermal", q.THERMAL_REASONS),
+                "thermal_minute": q.THERMAL_MINUTE,
                 "temperature": TEMPERATURE_NOW,
             },
         ),
