@@ -37,9 +37,30 @@ RULES = Select()
 # docs/fleet.md). There every host's exporter may be `localhost:9848`, so `job, instance`
 # alone would merge hosts. On one Prometheus the two labels are absent and change nothing,
 # as kubernetes-mixin's `clusterLabel` groupings do.
-TARGET_KEY = "cluster, host, job, instance"
-GPU_KEY = "cluster, host, job, instance, gpu, uuid"
-WORKER_KEY = "cluster, host, job, instance, run, worker"
+# Every alert-text lookup uses the same keys (mirrorwatch.alerts.templates), so it can never
+# find another host's series; rules and templates name them as «fragments», never literally.
+TARGET_LABELS = ("cluster", "host", "job", "instance")
+
+
+def key(*labels: str) -> str:
+    """A grouping key: the target's labels, then ``labels``."""
+    return ", ".join((*TARGET_LABELS, *labels))
+
+
+TARGET_KEY = key()
+GPU_KEY = key("gpu", "uuid")
+# A GPU as the training series name it: their `gpu` is the trainer's index, not NVML's.
+UUID_KEY = key("uuid")
+WORKER_KEY = key("run", "worker")
+RUN_KEY = key("run")
+# The key sets as rule text names them.
+KEY_FRAGMENTS = {
+    "TARGET_KEY": TARGET_KEY,
+    "GPU_KEY": GPU_KEY,
+    "UUID_KEY": UUID_KEY,
+    "WORKER_KEY": WORKER_KEY,
+    "RUN_KEY": RUN_KEY,
+}
 
 # --- recording rules (level:metric:operation) ---------------------------------------------------
 
@@ -264,26 +285,25 @@ def busy_gpus(busy: float) -> str:
 
 def busy_unassigned(busy: float) -> str:
     """Busy GPUs that belong to no active run: the host-level balance looks at these."""
-    return f"({busy_gpus(busy)} unless on (cluster, host, job, instance, uuid) {ACTIVE_REPLICA})"
+    return f"({busy_gpus(busy)} unless on ({UUID_KEY}) {ACTIVE_REPLICA})"
 
 
 def busy_temperature(busy: float) -> str:
     """The temperature of each busy GPU."""
-    return f"(mirrorwatch_gpu_temperature_celsius and on ({TARGET_KEY}, uuid) {busy_gpus(busy)})"
+    return f"(mirrorwatch_gpu_temperature_celsius and on ({UUID_KEY}) {busy_gpus(busy)})"
 
 
 # --- training runs ------------------------------------------------------------------------------
 
 
 def run_gpus(s: Select) -> str:
-    """The (cluster, host, job, instance, uuid) of the GPUs the selected runs report, to filter
-    GPU series."""
-    return f"max by (cluster, host, job, instance, uuid) ({s('mirrorwatch_training_replica_info')})"
+    """The UUID_KEY of the GPUs the selected runs report, to filter GPU series."""
+    return f"max by ({UUID_KEY}) ({s('mirrorwatch_training_replica_info')})"
 
 
 def of_run(expr: str, runs: Select) -> str:
     """The GPU series of ``expr`` that belong to the runs ``runs`` selects."""
-    return f"({expr}) and on (cluster, host, job, instance, uuid) {run_gpus(runs)}"
+    return f"({expr}) and on ({UUID_KEY}) {run_gpus(runs)}"
 
 
 def replica_memory() -> str:
@@ -349,7 +369,7 @@ def run_alerts(host: Select, run_matcher: str) -> str:
     """Alerts that name the selected run, and alerts on the GPUs the run reports."""
     own = firing_alerts(host, run_matcher)
     gpus = run_gpus(host.where(run_matcher))
-    return f"{own} or ({firing_alerts(host)} and on (cluster, host, job, instance, uuid) {gpus})"
+    return f"{own} or ({firing_alerts(host)} and on ({UUID_KEY}) {gpus})"
 
 
 # --- the run report: one range [end - window, end], asked at its end ----------------------------

@@ -15,7 +15,7 @@ def rules(t: Thresholds) -> list[Record]:
             q.ACTIVE_REPLICA,
             """
             mirrorwatch_training_replica_info
-            * on (cluster, host, job, instance, run, worker) group_left ()
+            * on («WORKER_KEY») group_left ()
               (mirrorwatch_training_active == 1)
             """,
         ),
@@ -23,9 +23,9 @@ def rules(t: Thresholds) -> list[Record]:
         Record(
             q.RUN_GPU_UTIL,
             """
-            max by (cluster, host, job, instance, run, gpu, uuid) (
+            max by («RUN_KEY», gpu, uuid) (
               instance_run:mirrorwatch_training_replica_info:active
-              * on (cluster, host, job, instance, uuid) group_left (gpu)
+              * on («UUID_KEY») group_left (gpu)
                 instance_gpu:mirrorwatch_gpu_utilization_ratio:avg1m
             )
             """,
@@ -39,9 +39,9 @@ def rules(t: Thresholds) -> list[Record]:
         Record(
             q.RUN_GPU_SM_ACTIVITY,
             """
-            max by (cluster, host, job, instance, run, gpu, uuid) (
+            max by («RUN_KEY», gpu, uuid) (
               instance_run:mirrorwatch_training_replica_info:active
-              * on (cluster, host, job, instance, uuid) group_left (gpu)
+              * on («UUID_KEY») group_left (gpu)
                 instance_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m
             )
             """,
@@ -79,8 +79,8 @@ def rules(t: Thresholds) -> list[Record]:
             q.HOST_SPREAD,
             """
             round(
-              max by (cluster, host, job, instance) «busy_unassigned»
-              - min by (cluster, host, job, instance) «busy_unassigned»,
+              max by («TARGET_KEY») «busy_unassigned»
+              - min by («TARGET_KEY») «busy_unassigned»,
               0.0001
             )
             """,
@@ -95,9 +95,9 @@ def rules(t: Thresholds) -> list[Record]:
         Record(
             q.THROUGHPUT,
             """
-            sum by (cluster, host, job, instance, run) (
+            sum by («RUN_KEY») (
               mirrorwatch_training_examples_per_second
-              * on (cluster, host, job, instance, run, worker) group_left ()
+              * on («WORKER_KEY») group_left ()
                 (mirrorwatch_training_active == 1)
             )
             """,
