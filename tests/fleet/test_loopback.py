@@ -237,6 +237,7 @@ def fleet_queries() -> list[str]:
     (dashboard,) = (d for d in load_dashboards().values() if d["title"] == "Fleet")
     variables = {
         "job": ".*",
+        "host": ".*",
         "instance": ".*",
         "gpu": ".*",
         "run": ".*",
