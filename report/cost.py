@@ -304,13 +304,24 @@ def costed(ask: Ask, t: Thresholds, finding: Finding) -> Finding:
 def combined(findings: Sequence[Finding]) -> Cost | None:
     """The share of throughput lost to all costed findings together, as independent causes
     (what is left is the product of what each leaves); None when none has a cost. A symptom
-    (an imbalance) counts only on a host where no other finding is costed."""
+    (an imbalance) counts only on a host where no other finding is costed; of a host's
+    throttled GPUs only the costliest counts."""
     causes = {f.instance for f in findings if f.cost is not None and f.kind not in SYMPTOMS}
-    counted = [
-        f.cost
-        for f in findings
-        if f.cost is not None and not (f.kind in SYMPTOMS and f.instance in causes)
-    ]
+    # Throttled GPUs of one host: the slowest gates the steps and the others wait for it
+    # anyway, so they count as the costliest of them (exact where they overlap in time).
+    slowest: dict[str | None, Cost] = {}
+    counted = []
+    for f in findings:
+        if f.cost is None or (f.kind in SYMPTOMS and f.instance in causes):
+            continue
+        if f.cost.method == CLOCK.name:
+            held = slowest.get(f.instance)
+            slowest[f.instance] = (
+                f.cost if held is None or f.cost.fraction > held.fraction else held
+            )
+        else:
+            counted.append(f.cost)
+    counted += slowest.values()
     if not counted:
         return None
 

@@ -181,12 +181,22 @@ def _finding(number: int, f: Finding, charts: Mapping[str, Chart], runbook_url: 
     )
 
 
-def render(
-    analysis: Analysis, charts: Mapping[str, Chart], prometheus: str, runbook_url: str
-) -> str:
-    h = analysis.headline
-    subject = f"run {h['run']}" if h["run"] else f"instance {', '.join(h['instances'])}"
+def subject(h: Mapping[str, Any]) -> str:
+    return f"run {h['run']}" if h["run"] else f"instance {', '.join(h['instances'])}"
+
+
+def meta(h: Mapping[str, Any], prometheus: str) -> str:
     gpus = ", ".join(f"GPU {g['gpu']} ({g['name'] or g['uuid']})" for g in h["gpus"])
+    return (
+        f'<div class="meta">{escape(h["start_text"])} &#8211; {escape(h["end_text"])} '
+        f"({h['duration_seconds']} s, sampled every {h['step_seconds']} s) · "
+        f"{escape(', '.join(h['instances']))} · {escape(gpus)} · from {escape(prometheus)}</div>"
+    )
+
+
+def findings_html(analysis: Analysis, charts: Mapping[str, Chart], runbook_url: str) -> str:
+    """The findings in order, each chart of ``charts`` under the first finding it backs, then
+    the rest; the alerts last."""
     placed: set[str] = set(HEADLINE_CHARTS)
     findings = []
     for number, finding in enumerate(analysis.findings, 1):
@@ -195,24 +205,44 @@ def render(
         findings.append(_finding(number, _with_charts(finding, own), charts, runbook_url))
     rest = [c for name, c in charts.items() if name not in placed and name != "alerts"]
     return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>mirrorwatch report: {escape(subject)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>mirrorwatch report: {escape(subject)}</h1>"
-        f'<div class="meta">{escape(h["start_text"])} &#8211; {escape(h["end_text"])} '
-        f"({h['duration_seconds']} s, sampled every {h['step_seconds']} s) · "
-        f"{escape(', '.join(h['instances']))} · {escape(gpus)} · from {escape(prometheus)}</div>"
-        "<h2>Headline</h2>"
-        + _headline(h, analysis.findings[0], analysis.at)
-        + "".join(_chart(charts[name]) for name in HEADLINE_CHARTS if name in charts)
-        + f"<h2>Findings, most important first ({len(analysis.findings)})</h2>"
+        f"<h2>Findings, most important first ({len(analysis.findings)})</h2>"
         + "".join(findings)
         + ("<h2>Other charts</h2>" + "".join(_chart(c) for c in rest) if rest else "")
-        + "<h2>Alerts</h2>"
-        + (_chart(charts["alerts"]) if "alerts" in charts else "")
-        + '<p class="meta">Every number above comes from the query shown with it, asked at the '
+        + ("<h2>Alerts</h2>" + _chart(charts["alerts"]) if "alerts" in charts else "")
+    )
+
+
+def document(title: str, body: str) -> str:
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>mirrorwatch report: {escape(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>mirrorwatch report: {escape(title)}</h1>{body}"
+        '<p class="meta">Every number above comes from the query shown with it, asked at the '
         "range's end; findings.json holds the same figures. Written by mirrorwatch-report.</p>"
         "</body></html>"
     )
+
+
+def render(
+    analysis: Analysis, charts: Mapping[str, Chart], prometheus: str, runbook_url: str
+) -> str:
+    h = analysis.headline
+    return document(
+        subject(h),
+        meta(h, prometheus)
+        + "<h2>Headline</h2>"
+        + headline_html(analysis)
+        + "".join(chart_html(charts[name]) for name in HEADLINE_CHARTS if name in charts)
+        + findings_html(analysis, charts, runbook_url),
+    )
+
+
+def headline_html(analysis: Analysis) -> str:
+    return _headline(analysis.headline, analysis.findings[0], analysis.at)
+
+
+def chart_html(chart: Chart) -> str:
+    return _chart(chart)
 
 
 def _with_charts(finding: Finding, charts: tuple[str, ...]) -> Finding:

@@ -118,7 +118,8 @@ class Pusher(threading.Thread):
                     if response.status_code != 200:
                         self.errors.append(response.text)
                 sequence += 1
-                self.halt.wait(1.0)
+                # Once a second on the second, however long the pushes took.
+                self.halt.wait(1.0 - (time.time() - began) % 1.0)
         for pause in self.pauses.values():
             os.kill(pause.pid, signal.SIGCONT)
 

@@ -377,6 +377,72 @@ def test_the_headline_weighs_the_speedup_against_ideal_and_the_target(reports: R
     assert RUN_SECONDS - 10 <= headline["duration_seconds"] <= RUN_SECONDS + 5
 
 
+# --- two runs side by side ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compared(reports: Reports, tmp_path_factory: pytest.TempPathFactory) -> Report:
+    """The pcie-degraded run against the healthy one: "after the card was reseated"."""
+    out = tmp_path_factory.mktemp("compare")
+    result = report(
+        "--prometheus", reports.hosts.prometheus, "--run", run_of("pcie-degraded"),
+        "--compare", run_of("healthy"), "--since", "10m", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return Report(out, json.loads((out / "findings.json").read_text()))
+
+
+def test_a_comparison_shows_the_pcie_finding_gone(compared: Report) -> None:
+    change = compared.data["compare"]
+    assert compared.top["kind"] == "pcie_degraded"
+    assert [(f["kind"], f["gpu"]) for f in change["gone"]] == [("pcie_degraded", "1")]
+    assert change["came"] == []
+    assert [f["kind"] for f in change["findings"]] == ["none"]
+    assert change["headline"]["run"] == run_of("healthy")
+
+
+def test_a_comparison_gives_the_throughput_change(compared: Report) -> None:
+    first, second = compared.data["headline"], compared.data["compare"]["headline"]
+    throughput = compared.data["compare"]["changes"]["examples_per_second"]
+    assert (throughput["first"], throughput["second"]) == (
+        first["examples_per_second"],
+        second["examples_per_second"],
+    )
+    assert throughput["change"] == pytest.approx(throughput["second"] / throughput["first"] - 1)
+    # The x8 link cost the first run about its estimated share: the healthy run is that faster.
+    lost = first["cost"]["fraction"]
+    assert throughput["change"] == pytest.approx(1 / (1 - lost) - 1, abs=0.04)
+    assert throughput["change"] > 0.02
+    efficiency = compared.data["compare"]["changes"]["scaling_efficiency"]
+    assert efficiency["change"] == pytest.approx(0.0)
+
+
+def test_a_comparison_draws_both_runs_on_one_axis_in_the_browser(compared: Report) -> None:
+    dom = browse(compared.out / "report.html", "--dump-dom").stdout
+    for name in ("throughput", "step_time", "utilization"):
+        svg = re.search(rf'data-chart="compare-{name}".*?</svg>', dom, re.S)
+        assert svg is not None, name
+        titles = re.findall(r"<polyline [^>]*><title>([^<]+)</title>", svg.group(0))
+        assert any(t.startswith(f"run {run_of('pcie-degraded')}:") for t in titles), titles
+        assert any(t.startswith(f"run {run_of('healthy')}:") for t in titles), titles
+        # One axis from each run's start: it begins at 0 s.
+        assert ">00:00:00<" in svg.group(0)
+    assert "Went away" in dom
+    assert "PCIe link below its maximum" in dom
+    html = (compared.out / "report.html").read_text()
+    assert not re.search(r"<script|<link|<img|src=|@import|url\(", html)
+
+
+def test_an_unknown_second_run_is_one_line(reports: Reports, tmp_path: Path) -> None:
+    line = one_line_exit_2(
+        report(
+            "--prometheus", reports.hosts.prometheus, "--run", run_of("healthy"),
+            "--compare", "no-such-run", "--out", str(tmp_path),
+        )
+    )  # fmt: skip
+    assert line.startswith("mirrorwatch-report: --compare: unknown run 'no-such-run'")
+
+
 # --- the page -------------------------------------------------------------------------------
 
 
@@ -531,6 +597,10 @@ def test_an_empty_range_is_one_line(reports: Reports, tmp_path: Path) -> None:
         (["--run", "r", "--start", "yesterday", "--end", "1"], "--start"),
         (["--run", "r", "--start", "100"], "--end"),
         (["--instance", "nohost"], "--instance"),
+        (["--instance", "h:1", "--compare", "r"], "--compare"),
+        (["--run", "r", "--compare-start", "100"], "--compare-end"),
+        (["--run", "r", "--compare", "r b"], "--compare"),
+        (["--run", "r", "--compare-start", "9", "--compare-end", "5"], "--compare-end"),
     ],
 )
 def test_a_bad_flag_is_one_line_naming_it(tmp_path: Path, args: list[str], flag: str) -> None:

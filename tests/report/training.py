@@ -87,18 +87,21 @@ def step_seconds(gpus: Sequence[Reading], without: Iterable[Cause] = ()) -> floa
 class SyncTraining:
     """The running totals of one worker's run, stepped one second at a time."""
 
-    seconds: list[tuple[float, tuple[Reading, ...]]] = field(default_factory=list)
+    # (wall time, seconds since the one before, what the GPUs read then)
+    seconds: list[tuple[float, float, tuple[Reading, ...]]] = field(default_factory=list)
     steps: float = 0.0
     buckets: list[int] = field(default_factory=lambda: [0] * len(STEP_DURATION_BUCKETS))
     step_time_sum: float = 0.0
 
     def advance(self, at: float, gpus: Sequence[Reading]) -> float:
-        """One more second of training at wall time ``at``; the step time it ran at."""
+        """Training up to wall time ``at`` at the pace ``gpus`` allow (one second of it, the
+        first time); the step time it ran at."""
         readings = tuple(gpus)
-        self.seconds.append((at, readings))
+        took = at - self.seconds[-1][0] if self.seconds else 1.0
+        self.seconds.append((at, took, readings))
         step = step_seconds(readings)
         before = math.floor(self.steps)
-        self.steps += 1.0 / step
+        self.steps += took / step
         done = math.floor(self.steps) - before
         self.step_time_sum += done * step
         for i, bound in enumerate(STEP_DURATION_BUCKETS):
@@ -110,9 +113,9 @@ class SyncTraining:
         """The share of the examples over [start, end] that ``causes`` cost: 1 minus what was
         done over what would have been done without them."""
         gone = tuple(causes)
-        inside = [gpus for at, gpus in self.seconds if start <= at <= end]
-        done = sum(1 / step_seconds(g) for g in inside)
-        ideal = sum(1 / step_seconds(g, gone) for g in inside)
+        inside = [(took, gpus) for at, took, gpus in self.seconds if start <= at <= end]
+        done = sum(took / step_seconds(g) for took, g in inside)
+        ideal = sum(took / step_seconds(g, gone) for took, g in inside)
         return 1 - done / ideal
 
     def snapshot(
