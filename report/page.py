@@ -144,7 +144,9 @@ def _headline(h: Mapping[str, Any], top: Finding, at: float) -> str:
         f'<div class="cards">{"".join(cards)}</div>'
         f'<p class="verdict">{escape(h["verdict"])}</p>{lost}'
         f'<p class="why{" ok" if ok else ""}"><b>{"Verdict" if ok else "Most likely why"}:</b> '
-        f"{escape(top.summary)}</p>"
+        f"{escape(top.summary)}"
+        + (f" {escape(in_words(top.cost, top.kind))}" if top.cost and top.cost.fraction else "")
+        + "</p>"
         f"<details><summary>Queries of the headline (asked at {escape(format_time(at))})"
         f"</summary><table>{rows}</table></details>"
     )
