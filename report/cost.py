@@ -19,7 +19,7 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook
-from mirrorwatch.report.hardware import THROTTLES
+from mirrorwatch.report.hardware import held_back
 
 LOST = "throughput lost"
 LOW = "throughput lost, low bound"
@@ -92,11 +92,7 @@ def _one_step_longer(ask: Ask, expr: str, condition: str) -> str:
 
 def _clock(ask: Ask, t: Thresholds, f: Finding) -> tuple[str, str, str]:
     sel = ask.scope.gpus_select
-    violation, clock_reasons = next((v, r) for k, v, r, _, _ in THROTTLES if k == f.kind)
-    if violation is None:
-        held = f"max by ({q.GPU_KEY}) ({q.clock_events(sel, clock_reasons)})"
-    else:
-        held = q.throttled_now(sel, violation, clock_reasons)
+    held = held_back(sel, f.kind)
     ratio = q.sm_clock_ratio(sel)
     # Compute-bound, a step takes 1/r as long at clock ratio r: r of the throughput is left.
     lost = f"1 - ({ratio})"

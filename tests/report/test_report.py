@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.report.stack import EFFICIENCY, SPEEDUP, Hosts, run_of, running_hosts
-from tests.report.training import Cause
+from tests.report.training import BATCH, Cause, SyncTraining, step_seconds
 
 SCENARIOS = (
     "imbalance",
@@ -175,6 +175,11 @@ def test_thermal_throttle_names_gpu_1_for_the_time_it_throttled(reports: Reports
     assert top["share"] == pytest.approx(sum(values) / len(values), abs=0.1)
     assert not any(f["kind"] == "thermal_throttling" and f["gpu"] == "0" for f in report.findings)
 
+    # Close to its slowdown temperature before and while throttled: a warning, costing nothing.
+    headroom = finding_of(report, "temperature_headroom", "1")
+    assert headroom["share"] >= top["share"]
+    assert headroom["cost"] == {"fraction": 0, "low": 0, "high": 0, "method": "no clock lost"}
+
 
 def test_pcie_degraded_names_the_link_below_its_maximum(reports: Reports) -> None:
     top = reports.by_scenario["pcie-degraded"].top
@@ -189,6 +194,10 @@ def test_a_pair_without_nvlink_across_sockets_is_the_interconnect(reports: Repor
     assert [f["kind"] for f in findings] == ["interconnect"]
     assert "across CPU sockets" in findings[0]["summary"]
     assert findings[0]["share"] > 0.9
+    # Its all-reduce over PCIe: the simulated 1.9 GB/s it sends over gen 5 x16 (63 GB/s).
+    cost = findings[0]["cost"]
+    assert cost["method"] == "all-reduce over PCIe"
+    assert cost["fraction"] == pytest.approx(0.95 * 2.0e9 / 63.0e9, abs=0.01)
 
 
 def test_a_foreign_process_names_the_shared_gpu_and_how_long(reports: Reports) -> None:
@@ -201,6 +210,8 @@ def test_a_foreign_process_names_the_shared_gpu_and_how_long(reports: Reports) -
     figures = {f["name"]: f["value"] for f in top["evidence"]["figures"]}
     assert figures["most foreign processes at once"] == 1
     assert figures["most memory they held"] == 12 * 1024**3
+    # How much of GPU 1 the notebook takes is not published: no number.
+    assert top["cost"] is None
     # GPU 0's probe came and went at 40 s, if the range reached it; GPU 1 is the one shared.
     assert next(f["gpu"] for f in report.findings if f["kind"] == "foreign_process") == "1"
     # Its chart is drawn under it; on hosts without such series it is left out (CHARTS).
@@ -401,7 +412,13 @@ def test_a_comparison_shows_the_pcie_finding_gone(compared: Report) -> None:
     assert change["headline"]["run"] == run_of("healthy")
 
 
-def test_a_comparison_gives_the_throughput_change(compared: Report) -> None:
+def trained_per_second(training: SyncTraining, start: float, end: float) -> float:
+    """Examples per second the synthetic trainer did over [start, end]."""
+    inside = [(took, gpus) for at, took, gpus in training.seconds if start <= at <= end]
+    return BATCH * sum(took / step_seconds(g) for took, g in inside) / sum(t for t, _ in inside)
+
+
+def test_a_comparison_gives_the_throughput_change(reports: Reports, compared: Report) -> None:
     first, second = compared.data["headline"], compared.data["compare"]["headline"]
     throughput = compared.data["compare"]["changes"]["examples_per_second"]
     assert (throughput["first"], throughput["second"]) == (
@@ -409,10 +426,17 @@ def test_a_comparison_gives_the_throughput_change(compared: Report) -> None:
         second["examples_per_second"],
     )
     assert throughput["change"] == pytest.approx(throughput["second"] / throughput["first"] - 1)
-    # The x8 link cost the first run about its estimated share: the healthy run is that faster.
-    lost = first["cost"]["fraction"]
-    assert throughput["change"] == pytest.approx(1 / (1 - lost) - 1, abs=0.04)
     assert throughput["change"] > 0.02
+    # What the two trainers really did over their ranges, and what the x8 link's estimated
+    # cost says the healthy run should gain, within its bounds.
+    truths = [
+        trained_per_second(reports.hosts.trainings[s], h["start"], h["end"])
+        for s, h in (("pcie-degraded", first), ("healthy", second))
+    ]
+    assert throughput["change"] == pytest.approx(truths[1] / truths[0] - 1, abs=0.02)
+    cost = first["cost"]
+    assert 1 / (1 - cost["low"]) - 1 - 0.02 <= throughput["change"]
+    assert throughput["change"] <= 1 / (1 - cost["high"]) - 1 + 0.02
     efficiency = compared.data["compare"]["changes"]["scaling_efficiency"]
     assert efficiency["change"] == pytest.approx(0.0)
 
