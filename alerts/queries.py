@@ -493,3 +493,53 @@ def scaling(s: Select, metric: Literal["speedup", "efficiency_ratio"], window: s
 def push_silence(s: Select) -> str:
     """Seconds since each worker's last push, at each moment."""
     return seconds_since_last_push(s)
+
+
+# --- the run report's costs (report/cost.py, docs/report.md "What each cause cost") -------------
+
+# Payload bytes per second one PCIe lane carries in each direction, by generation: the line
+# rate after encoding (8b/10b to gen 2, 128b/130b from gen 3, FLIT 242/256 at gen 6; PCI-SIG
+# base specifications), before packet overhead.
+PCIE_LANE_BYTES_PER_SECOND = {
+    1: 2.5e8,
+    2: 5.0e8,
+    3: 8e9 * 128 / 130 / 8,
+    4: 16e9 * 128 / 130 / 8,
+    5: 32e9 * 128 / 130 / 8,
+    6: 64e9 * 242 / 256 / 8,
+}
+
+
+def held_sum(
+    expr: str, condition: str, window: str, step: str, steps: int, key: str = GPU_KEY
+) -> str:
+    """``expr`` summed over the range's sampling points at which ``condition`` held (matched
+    on ``key``), divided by the points: its mean over the range, 0 where it did not hold."""
+    return f"sum_over_time((({expr}) and on ({key}) ({condition}))[{window}:{step}]) / {steps}"
+
+
+def sm_clock_ratio(s: Select) -> str:
+    """Each GPU's SM clock as a share of its maximum."""
+    clock, top = (
+        s(metric, 'clock="sm"')
+        for metric in ("mirrorwatch_gpu_clock_hertz", "mirrorwatch_gpu_clock_max_hertz")
+    )
+    return f"{clock} / on ({GPU_KEY}) {top}"
+
+
+def pcie_link_bytes_per_second(s: Select, limit: Literal["", "_max"] = "") -> str:
+    """What each GPU's PCIe link carries per direction at the generation and width it runs at
+    now (``limit`` "_max": at the most it supports), in bytes per second."""
+    generation = s(f"mirrorwatch_gpu_pcie_link_generation{limit}")
+    lane = " or ".join(
+        f"({generation} == {g}) * 0 + {num(rate)}" for g, rate in PCIE_LANE_BYTES_PER_SECOND.items()
+    )
+    return f"({lane}) * on ({GPU_KEY}) {s(f'mirrorwatch_gpu_pcie_link_width{limit}')}"
+
+
+def pcie_busy_share(s: Select, direction: Literal["transmit", "receive"], window: str) -> str:
+    """The share of each second each GPU's link spent carrying its ``direction`` traffic, from
+    its last two samples in ``window``: rate() over a window longer than the series is old
+    (a run that began with its exporter) would understate it."""
+    traffic = f"irate({s(f'mirrorwatch_gpu_pcie_{direction}_bytes_total')}[{window}])"
+    return f"{traffic} / on ({GPU_KEY}) ({pcie_link_bytes_per_second(s)})"

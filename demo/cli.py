@@ -13,6 +13,7 @@ stops everything this started; state and logs stay in build/demo/.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import signal
 import sys
@@ -44,7 +45,7 @@ from mirrorwatch.exporter.simulate.scenario import (
     load_scenario,
 )
 from mirrorwatch.exporter.vocabulary import Address, parse_prometheus_duration
-from mirrorwatch.report.cli import write_report
+from mirrorwatch.report.cli import top_finding, write_report
 from mirrorwatch.report.prometheus import PrometheusError
 from mirrorwatch.report.scope import ScopeError
 
@@ -123,6 +124,8 @@ def report_on(args: argparse.Namespace, workdir: Path, since: float) -> None:
         print(f"demo: no run report: {str(error).splitlines()[0]}", flush=True)
         return
     print(f"demo: run report: {page}", flush=True)
+    findings = json.loads((page.parent / "findings.json").read_text(encoding="utf-8"))
+    print(f"demo: top finding: {top_finding(findings['findings'][0])}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
