@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from mirrorwatch.alerts.thresholds import ThresholdsError, load_thresholds
@@ -18,7 +19,13 @@ from mirrorwatch.doctor import host as hosts
 from mirrorwatch.doctor.gpu_checks import HostView, gpu_checks
 from mirrorwatch.doctor.model import Check, Outcome
 from mirrorwatch.doctor.output import as_json, checklist
-from mirrorwatch.doctor.probes import ProbeSettings, prepare_devices, run_probes
+from mirrorwatch.doctor.probes import (
+    CPU_SETTINGS,
+    ProbeSettings,
+    on_cpus,
+    prepare_devices,
+    run_probes,
+)
 from mirrorwatch.doctor.speedup import Speedup, model_step
 from mirrorwatch.doctor.tf_checks import SIMULATED, skipped_tf_checks, tf_checks
 from mirrorwatch.doctor.tf_facts import read_tf_facts
@@ -73,7 +80,9 @@ def parser() -> argparse.ArgumentParser:
         help="one replica's step compute time, with --gradient-bytes",
     )
     p.add_argument("--batch-size", type=_positive_int, default=64, help="per replica, --model")
-    p.add_argument("--matmul-seconds", type=_positive_float, default=20.0, help="matmul probe")
+    p.add_argument(
+        "--matmul-seconds", type=_positive_float, help="matmul probe length (default 20 on GPUs)"
+    )
     p.add_argument("--split-gpu", action="store_true", help="probe GPU 0 split in two (smoke)")
     p.add_argument("--exporter", metavar="URL", help="a running exporter, for recent XIDs")
     p.add_argument("--json", action="store_true", help="print JSON instead of the checklist")
@@ -113,18 +122,18 @@ def _host_view(backend: GpuBackend, args: argparse.Namespace) -> HostView:
 def _probe(
     args: argparse.Namespace, backend: GpuBackend, tf: Any, names: Sequence[str]
 ) -> tuple[list[Check], dict[str, object] | None]:
-    settings = ProbeSettings(matmul_seconds=args.matmul_seconds)
-    if args.gradient_bytes:
-        settings = ProbeSettings(
-            matmul_seconds=args.matmul_seconds, allreduce_bytes=args.gradient_bytes
-        )
     step_seconds = args.step_seconds
     gradient_bytes = args.gradient_bytes
     if args.model:
         gradient_bytes, step_seconds = model_step(
             args.model, names[0], args.batch_size, _MODEL_STEPS
         )
-        settings = ProbeSettings(matmul_seconds=args.matmul_seconds, allreduce_bytes=gradient_bytes)
+    settings = CPU_SETTINGS if on_cpus(names) else ProbeSettings()
+    if args.matmul_seconds is not None:
+        settings = replace(settings, matmul_seconds=args.matmul_seconds)
+    if gradient_bytes:
+        # The all-reduce of the gradients themselves: small ones are latency-bound.
+        settings = replace(settings, allreduce_bytes=gradient_bytes)
     results = run_probes(tf, names, backend, settings)
     speedup = None
     if gradient_bytes and results.allreduce_seconds_per_byte is not None:
@@ -182,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The checks carry every reason; the exporter's own warnings (NVML retries) would only
     # repeat them on stderr, and the doctor never retries.
     logging.getLogger("mirrorwatch.exporter").setLevel(logging.ERROR)
+    # TensorFlow's C++ start-up chatter on stderr (CPU features, absl) is not a finding.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         args = parser().parse_args(argv)
         _validated(args)

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from mirrorwatch.doctor.probes import size_words
+
 BYTES_PER_PARAMETER = 4  # float32 gradients, also under mixed_float16 (variables stay float32)
 _WARMUP_STEPS = 2
 
@@ -49,15 +51,15 @@ class Speedup:
     def words(self) -> str:
         factor = self.factor
         reduce_ms = self.allreduce_seconds * 1000
-        mib = self.gradient_bytes / 2**20
+        size = size_words(self.gradient_bytes)
         if factor is None or self.step_seconds is None:
             return (
-                f"all-reduce of {mib:.1f} MiB takes {reduce_ms:.1f} ms; "
+                f"all-reduce of {size} takes {reduce_ms:.1f} ms; "
                 "give --model (or --step-seconds) for the speed-up"
             )
         return (
             f"expect about {factor:.2f}x (ideal {self.replicas}x): a step's compute "
-            f"{self.step_seconds * 1000:.1f} ms, the all-reduce of {mib:.1f} MiB {reduce_ms:.1f} ms"
+            f"{self.step_seconds * 1000:.1f} ms, the all-reduce of {size} {reduce_ms:.1f} ms"
         )
 
 
