@@ -498,6 +498,8 @@ NEEDS_NVML = (
     "interconnect.p2p",
 )
 
+CHECK_IDS = ("nvml.gpus", "gpu_error.lost", *NEEDS_NVML)
+
 
 def gpu_checks(backend: GpuBackend, host: HostView) -> list[Check]:
     """Every check the backend alone answers, GPU by GPU and pair by pair."""

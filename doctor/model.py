@@ -7,23 +7,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+# The runbook the alerts and the run report link to: one file, the doctor's sections in it.
+from mirrorwatch.report.evidence import RUNBOOK
+
 Status = Literal["pass", "warn", "fail", "skip"]
 STATUSES: tuple[Status, ...] = get_args(Status)
-RUNBOOK = "docs/runbook.md"
-# The run report's finding kinds (report/evidence.py KINDS) a doctor check may be named after:
-# a cause both name carries the same word, so a user can follow one from the other.
-FINDING_PREFIXES = frozenset(
-    {
-        "thermal_throttling",
-        "power_capping",
-        "temperature_headroom",
-        "pcie_degraded",
-        "interconnect",
-        "gpu_error",
-        "foreign_process",
-        "imbalance",
-    }
-)
 
 
 def runbook_anchor(check_id: str) -> str:

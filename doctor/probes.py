@@ -25,6 +25,14 @@ MATMUL_SIZE = 4096
 # Each GPU's matmul throughput within this share of the other's: MirroredStrategy waits for
 # the slowest replica every step, so a 5 % slower GPU costs the pair 5 %.
 BALANCE_RATIO = 0.05
+PROBE_IDS = (
+    "probe",
+    "probe.copy_bandwidth",
+    "pcie_degraded.under_load",
+    "interconnect.allreduce",
+    "imbalance.matmul",
+    "thermal_throttling.under_load",
+)
 _SPLIT_GPU_MEMORY_MB = 2048  # each logical GPU of a split GPU 0, as the GPU smoke fit does
 
 

@@ -15,7 +15,7 @@ SIMULATED = "a simulated host: TensorFlow sees this machine's GPUs, not the simu
 # The driver each CUDA major release needs at least (CUDA Toolkit release notes, table 3:
 # "CUDA minor version compatibility"): any 12.x runs on 525.60.13 or later.
 _MINIMUM_DRIVER = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 6)}
-_TF_CHECK_IDS = (
+TF_CHECK_IDS = (
     "tensorflow.cuda_build",
     "tensorflow.gpus",
     "tensorflow.cuda_versions",
@@ -192,7 +192,7 @@ def cross_device_ops(facts: TfFacts) -> Check:
 
 
 def skipped_tf_checks(why: str) -> list[Check]:
-    return [skipped(check_id, why) for check_id in _TF_CHECK_IDS]
+    return [skipped(check_id, why) for check_id in TF_CHECK_IDS]
 
 
 def tf_checks(
