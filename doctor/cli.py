@@ -83,7 +83,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--matmul-seconds", type=_positive_float, help="matmul probe length (default 20 on GPUs)"
     )
-    p.add_argument("--split-gpu", action="store_true", help="probe GPU 0 split in two (smoke)")
+    p.add_argument(
+        "--split-gpu", action="store_true", help="on a one-GPU host, probe it split in two"
+    )
     p.add_argument("--exporter", metavar="URL", help="a running exporter, for recent XIDs")
     p.add_argument("--json", action="store_true", help="print JSON instead of the checklist")
     return p

@@ -80,11 +80,11 @@ def size_words(size: float) -> str:
 
 
 def prepare_devices(tf: Any, split_gpu: bool) -> list[str]:
-    """The devices the probes run on: every GPU; GPU 0 split in two (``split_gpu``, a one-GPU
-    host as the GPU smoke fit uses); or, without a GPU, two logical CPUs. Call before anything
+    """The devices the probes run on: every GPU; the one GPU split in two (``split_gpu`` on a
+    one-GPU host, as the GPU smoke fit does); or, without a GPU, two logical CPUs. Call before anything
     initialises TensorFlow's runtime."""
     gpus = tf.config.list_physical_devices("GPU")
-    if gpus and split_gpu:
+    if len(gpus) == 1 and split_gpu:
         tf.config.set_logical_device_configuration(
             gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=_SPLIT_GPU_MEMORY_MB)] * 2
         )
@@ -124,7 +124,11 @@ def _pinned_to(cpus: frozenset[int] | None) -> Iterator[None]:
 
 
 def _gpu_for(devices: Sequence[GpuDevice], position: int, physical: bool) -> GpuDevice | None:
-    return devices[position] if physical and position < len(devices) else None
+    """The NVML GPU under logical device ``position`` (each physical GPU is one logical device,
+    as ``prepare_devices`` leaves them, but a split GPU 0 is every logical device)."""
+    if not physical or not devices:
+        return None
+    return devices[position] if position < len(devices) else devices[0]
 
 
 def copy_bandwidth(
