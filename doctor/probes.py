@@ -81,8 +81,8 @@ def size_words(size: float) -> str:
 
 def prepare_devices(tf: Any, split_gpu: bool) -> list[str]:
     """The devices the probes run on: every GPU; the one GPU split in two (``split_gpu`` on a
-    one-GPU host, as the GPU smoke fit does); or, without a GPU, two logical CPUs. Call before anything
-    initialises TensorFlow's runtime."""
+    one-GPU host, as the GPU smoke fit does); or, without a GPU, two logical CPUs. Call before
+    anything initialises TensorFlow's runtime."""
     gpus = tf.config.list_physical_devices("GPU")
     if len(gpus) == 1 and split_gpu:
         tf.config.set_logical_device_configuration(
