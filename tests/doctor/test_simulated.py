@@ -107,3 +107,15 @@ def test_the_checklist_marks_each_check_and_says_the_fix(
     assert "fix: reseat the card" in out
     assert "\033[" not in out  # not a terminal: no colour
     assert out.rstrip().endswith("1 failed, 9 skipped")
+
+
+def test_probe_without_tensorflow_is_skipped_saying_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The base install: `import tensorflow` fails, as mirrorwatch[trainer] is not there.
+    monkeypatch.setattr("mirrorwatch.doctor.cli._tensorflow", lambda: None)
+    code, document = doctor_json(capsys, "--simulate", "healthy", "--probe")
+    assert code == 0
+    (probe,) = by_id(document, "probe")
+    assert (probe["status"], probe["value"]) == ("skip", "skipped: no TensorFlow")
+    assert document["expected_speedup"] is None
