@@ -28,11 +28,11 @@ from mirrorwatch.exporter.backend import (
     PeerLink,
     TemperatureThreshold,
 )
-from mirrorwatch.exporter.nvml.config import read_config
 from mirrorwatch.exporter.nvml.events import XidCounts
 from mirrorwatch.exporter.nvml.features import DeviceFeatures
 from mirrorwatch.exporter.nvml.gpm import GpmSampler
 from mirrorwatch.exporter.nvml.pcie import BYTES_PER_KIB, PcieSampler
+from mirrorwatch.exporter.nvml.preflight import read_config
 from mirrorwatch.exporter.nvml.processes import ProcessReader
 from mirrorwatch.exporter.nvml.session import (
     FieldKey,
@@ -483,7 +483,7 @@ class NvmlDevice:
         return self._gpm.reading(self.gpu)
 
     def config(self) -> DeviceConfig | None:
-        # Pre-flight only (nvml/config.py): read afresh on each call, never by a scrape.
+        # Pre-flight only (nvml/preflight.py): read afresh on each call, never by a scrape.
         return None if self.lost else read_config(self._session, self.gpu)
 
 

@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Literal
 
 from mirrorwatch.exporter.backend import BackendStatus, P2pCapability, P2pStatus
-from mirrorwatch.exporter.nvml import config
+from mirrorwatch.exporter.nvml import preflight
 from mirrorwatch.exporter.nvml.device import NvmlDevice
 from mirrorwatch.exporter.nvml.events import XidCounts, XidEvents
 from mirrorwatch.exporter.nvml.features import DeviceFeatures, probe_features
@@ -139,12 +139,12 @@ class NvmlBackend:
         with self._state:
             return self._devices if self._status.up else ()
 
-    # Pre-flight readings (mirrorwatch-doctor; nvml/config.py).
+    # Pre-flight readings (mirrorwatch-doctor; nvml/preflight.py).
 
     def cuda_driver_version(self) -> tuple[int, int] | None:
         with self._state:
             session = self._session if self._status.up else None
-        return None if session is None else config.cuda_driver_version(session)
+        return None if session is None else preflight.cuda_driver_version(session)
 
     def p2p_status(self, first: int, second: int) -> Mapping[P2pCapability, P2pStatus]:
         with self._state:
@@ -152,7 +152,7 @@ class NvmlBackend:
             by_index = {device.index: device for device in self._devices}
         if session is None or first not in by_index or second not in by_index:
             return {}
-        return config.p2p_status(session, by_index[first].gpu, by_index[second].gpu)
+        return preflight.p2p_status(session, by_index[first].gpu, by_index[second].gpu)
 
     def poll(self) -> float:
         """One round of background work; returns the seconds until the next one is due."""

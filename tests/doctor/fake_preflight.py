@@ -1,4 +1,4 @@
-"""The fake pynvml of tests/exporter, with the pre-flight calls (nvml/config.py) added.
+"""The fake pynvml of tests/exporter, with the pre-flight calls (nvml/preflight.py) added.
 
 Answers follow nvidia-ml-py's own wrappers: masks as arrays of 64-bit words, modes as
 (current, pending) pairs, remapped rows as (corrected, uncorrected, pending, failure).

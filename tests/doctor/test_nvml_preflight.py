@@ -1,4 +1,4 @@
-"""The pre-flight readings through NVML (nvml/config.py) and the checks on them, on fake pynvml."""
+"""Pre-flight readings through NVML (nvml/preflight.py) and the checks on them, on fake pynvml."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def started(nvml: FakePreflightNvml, made: list[NvmlBackend]) -> NvmlBackend:
 
 
 def test_the_fake_calls_take_what_nvidia_ml_py_s_take() -> None:
-    # The fake must be called as the real binding is, or nvml/config.py could pass here only.
+    # The fake must be called as the real binding is, or nvml/preflight.py could pass here only.
     for name in (
         "nvmlDeviceGetCudaComputeCapability",
         "nvmlDeviceGetComputeMode",
