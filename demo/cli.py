@@ -4,7 +4,8 @@
                    [--alertmanager HOST:PORT] [--receiver HOST:PORT] [--no-train]
 
 The exporter serves a simulated dual-GPU host, `mirrorwatch-train` trains a small CNN on two
-CPU replicas mapped onto its GPUs, Prometheus (Debian's binary) scrapes it with the project's
+CPU replicas mapped onto its GPUs (after mirrorwatch-doctor's pre-flight checklist of that
+host), Prometheus (Debian's binary) scrapes it with the project's
 rules (alerts/mirrorwatch.rules.yml, the file the compose stack mounts), Alertmanager routes
 with alerts/alertmanager.yml, and every notification is printed here as it arrives. Ctrl-C
 stops everything this started; state and logs stay in build/demo/.
@@ -39,6 +40,9 @@ from demo.stack import (
     thresholds,
     trainer_process,
 )
+from mirrorwatch.doctor.cli import diagnose
+from mirrorwatch.doctor.cli import parser as doctor_parser
+from mirrorwatch.doctor.output import checklist
 from mirrorwatch.exporter.simulate.scenario import (
     ScenarioError,
     builtin_expected_alerts,
@@ -106,6 +110,19 @@ def expectation(scenario: str) -> str:
             f"({alert.severity}; for: {hold:.0f} s + {wait:.0f} s)"
         )
     return "; ".join(parts) + " -- plus the scenario's own start (docs/scenarios.md)."
+
+
+def preflight(scenario: str) -> None:
+    """The pre-flight a user runs before training (mirrorwatch-doctor), on the simulated host."""
+    try:
+        outcome = diagnose(doctor_parser().parse_args(["--simulate", scenario]))
+    except ScenarioError:
+        return  # the exporter says what is wrong with the file, and exits
+    print(
+        f"\npre-flight: mirrorwatch-doctor --simulate {scenario} (exit {outcome.exit_code})\n"
+        + checklist(outcome, colour=sys.stdout.isatty()),
+        flush=True,
+    )
 
 
 def demo_run(scenario: str) -> str:
@@ -209,6 +226,7 @@ def start(
     )
     run = demo_run(args.scenario)
     if not args.no_train:
+        preflight(args.scenario)
         processes.start(trainer_process(workdir, args.exporter.url, run))
     alertmanager = processes.start(
         alertmanager_process(
