@@ -170,8 +170,12 @@ class NvmlDevice:
     def lost(self) -> bool:
         return self._session.is_lost(self.gpu)
 
-    def _call(self, function: str, *args: Any, fallback: str = "") -> Any:
-        return self._session.call(self.gpu, function, *args, fallback=fallback)
+    def _call(self, function: str, *args: Any) -> Any:
+        return self._session.call(self.gpu, function, *args)
+
+    def _api(self, api: str, *args: Any) -> Any:
+        """``api`` in the version this driver has (``versions.LADDERS``)."""
+        return self._session.call_api(self.gpu, api, *args)
 
     def _const(self, name: str) -> Any:
         return getattr(self._nvml, name)
@@ -241,11 +245,11 @@ class NvmlDevice:
 
     def alive(self) -> bool:
         """Probe the GPU, and open this scrape's round of shared readings (``_Round``)."""
-        memory = self._call("nvmlDeviceGetMemoryInfo")
+        memory = self._api("memory")
         self._round = _Round(memory)
         return not self.lost
 
-    def _shared(self, key: str, function: str, sibling: str = "") -> Any:
+    def _shared(self, key: str, read: Callable[[], Any], sibling: str = "") -> Any:
         """This round's reading ``key`` if not handed out yet, else a fresh ``function`` call.
 
         A fresh call inside a round leaves its answer for ``sibling``, the other reading made
@@ -256,22 +260,25 @@ class NvmlDevice:
             value = current.take(key)
             if value is not _UNREAD:
                 return value
-        value = self._call(function)
+        value = read()
         if current is not None and sibling:
             with current.lock:
                 current.shared[sibling] = value
         return value
 
+    def _utilization_rates(self) -> Any:
+        return self._call("nvmlDeviceGetUtilizationRates")
+
     def utilization_ratio(self) -> float | None:
-        rates = self._shared("utilization", "nvmlDeviceGetUtilizationRates", "memory_utilization")
+        rates = self._shared("utilization", self._utilization_rates, "memory_utilization")
         return None if rates is None else float(rates.gpu) / 100.0
 
     def memory_utilization_ratio(self) -> float | None:
-        rates = self._shared("memory_utilization", "nvmlDeviceGetUtilizationRates", "utilization")
+        rates = self._shared("memory_utilization", self._utilization_rates, "utilization")
         return None if rates is None else float(rates.memory) / 100.0
 
     def memory_bytes(self) -> MemoryBytes | None:
-        memory = self._shared("memory", "nvmlDeviceGetMemoryInfo")
+        memory = self._shared("memory", lambda: self._api("memory"))
         return None if memory is None else MemoryBytes(float(memory.used), float(memory.total))
 
     def temperature_celsius(self) -> float | None:
@@ -316,16 +323,9 @@ class NvmlDevice:
         )
 
     def clocks_event_reasons(self) -> Mapping[str, bool] | None:
-        active = self._call(
-            "nvmlDeviceGetCurrentClocksEventReasons",
-            fallback="nvmlDeviceGetCurrentClocksThrottleReasons",
-        )
+        active = self._api("clocks_event_reasons")
         supported = self._kept(
-            "clocks_event_reasons",
-            lambda: self._call(
-                "nvmlDeviceGetSupportedClocksEventReasons",
-                fallback="nvmlDeviceGetSupportedClocksThrottleReasons",
-            ),
+            "clocks_event_reasons", lambda: self._api("supported_clocks_event_reasons")
         )
         if active is None or supported is None:
             return None
