@@ -131,6 +131,23 @@ class GpmReading:
 
 
 @dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (a compute instance of a GPU instance) of a MIG-enabled GPU.
+
+    ``profile`` is NVML's name for it (``3g.40gb``); ``memory`` its instance's framebuffer
+    (None where not readable); ``processes`` how many compute processes it lists (None where
+    its list is not readable).
+    """
+
+    mig_uuid: str
+    gpu_instance: int
+    compute_instance: int
+    profile: str
+    memory: MemoryBytes | None
+    processes: int | None = None
+
+
+@dataclass(frozen=True)
 class PeerLink:
     """How this GPU reaches another GPU of the host (static topology)."""
 
@@ -227,6 +244,14 @@ class GpuDevice(Protocol):
 
     def gpm(self) -> GpmReading | None:
         """The latest GPM metrics; None where the GPU has no GPM or no interval is done yet."""
+        ...
+
+    def mig_enabled(self) -> bool | None:
+        """Whether MIG is on; None where the GPU has no MIG (NVML answers NotSupported)."""
+        ...
+
+    def mig_devices(self) -> Sequence[MigDevice]:
+        """The MIG devices of a MIG-enabled GPU, in NVML's index order; none otherwise."""
         ...
 
 

@@ -21,6 +21,7 @@ from mirrorwatch.exporter.backend import (
     GpmReading,
     GpuProcesses,
     MemoryBytes,
+    MigDevice,
     NvlinkCounters,
     NvlinkErrorType,
     PcieLink,
@@ -30,6 +31,7 @@ from mirrorwatch.exporter.backend import (
 from mirrorwatch.exporter.nvml.events import XidCounts
 from mirrorwatch.exporter.nvml.features import DeviceFeatures
 from mirrorwatch.exporter.nvml.gpm import GpmSampler
+from mirrorwatch.exporter.nvml.mig import mig_devices, mig_enabled
 from mirrorwatch.exporter.nvml.pcie import BYTES_PER_KIB, PcieSampler
 from mirrorwatch.exporter.nvml.processes import ProcessReader
 from mirrorwatch.exporter.nvml.session import (
@@ -185,7 +187,7 @@ class NvmlDevice:
 
     def _field_ids(self, *names: str) -> list[FieldKey] | None:
         """The field ids of these names, or None when this binding lacks one of them."""
-        ids = [self._session.constant(name) for name in names]
+        ids = [self._session.field_id(name) for name in names]
         return None if any(i is None for i in ids) else [(i, 0) for i in ids if i is not None]
 
     def _pcie_field_names(self) -> tuple[str, ...]:
@@ -292,6 +294,11 @@ class NvmlDevice:
         )
 
     def fan_speed_ratios(self) -> Sequence[float | None]:
+        if self._session.has_symbol("nvmlDeviceGetNumFans") is False:
+            # Before 510.39.01 there is no fan count: the v1 call reads the first fan, and
+            # answers NotSupported on a board without one.
+            speed = self._call("nvmlDeviceGetFanSpeed")
+            return [] if speed is None else [float(speed) / 100.0]
         count = self._kept("fans", lambda: self._call("nvmlDeviceGetNumFans"))
         if not count:
             return []
@@ -407,8 +414,8 @@ class NvmlDevice:
     def _nvlink_throughput_kib(self) -> dict[int, tuple[float | None, float | None]]:
         """Per-link data KiB moved, one batched call with scopeId = link number."""
         numbers = self.features.nvlink_numbers
-        transmit = self._session.constant("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX")
-        receive = self._session.constant("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX")
+        transmit = self._session.field_id("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX")
+        receive = self._session.field_id("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX")
         if transmit is None or receive is None or not numbers:
             return {}
         keys = [(field, link) for link in numbers for field in (transmit, receive)]
@@ -479,6 +486,16 @@ class NvmlDevice:
         if self._gpm is None or self.lost:
             return None
         return self._gpm.reading(self.gpu)
+
+    def mig_enabled(self) -> bool | None:
+        # The mode changes only through a GPU reset, which ends this session's handle.
+        return self._kept("mig_enabled", lambda: mig_enabled(self._session, self.gpu))
+
+    def mig_devices(self) -> Sequence[MigDevice]:
+        # Read every scrape: instances are created and destroyed while MIG stays on.
+        if self.lost or not self.mig_enabled():
+            return ()
+        return mig_devices(self._session, self.gpu)
 
 
 def _number(value: Any) -> float | None:

@@ -32,6 +32,8 @@ METRICS: tuple[tuple[str, str], ...] = (
 
 
 def gpm_supported(session: NvmlSession, gpu: GpuHandle) -> bool:
+    if session.has_symbol("nvmlGpmQueryDeviceSupport") is False:
+        return False  # before 520.56.06: no GPM at all, nothing to warn about
     support = session.call(gpu, "nvmlGpmQueryDeviceSupport")
     return bool(support is not None and getattr(support, "isSupportedDevice", 0))
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal
 
-from mirrorwatch.exporter.nvml.versions import LADDERS, Version
+from mirrorwatch.exporter.nvml.versions import LADDERS, STABLE_FIELD_IDS, Version
 from mirrorwatch.exporter.vocabulary import canonical_bus_id
 
 log = logging.getLogger(__name__)
@@ -188,6 +188,11 @@ class NvmlSession:
     def constant(self, name: str) -> int | None:
         value = getattr(self.nvml, name, None)
         return None if value is None else int(value)
+
+    def field_id(self, name: str) -> int | None:
+        """An NVML_FI_* id: the binding's constant, else its stable number (ids below 199)."""
+        value = self.constant(name)
+        return STABLE_FIELD_IDS.get(name) if value is None else value
 
     def error_name(self, error: BaseException) -> str:
         code = getattr(error, "value", None)
@@ -370,6 +375,12 @@ class NvmlSession:
                 extra={"nvml_api": api, "nvml_function": chosen.symbol},
             )
         return chosen
+
+    def resolved(self) -> dict[str, str]:
+        """Each API resolved so far -> the symbol it uses ("" where none is available)."""
+        with self._lock:
+            chosen = dict(self._resolved)
+        return {api: "" if v is None else v.symbol for api, v in chosen.items()}
 
     def usable(self, version: Version) -> bool:
         """The library exports ``version`` and the binding can call it."""

@@ -27,6 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 MAX_FIELD_ID = 198
+# Field ids a binding older than the driver may not name (nvidia-ml-py 12.535.77 has no
+# PCIE_COUNT_*: they are from 555.42.02's header). Below 199 an id means the same in every
+# header, so the number itself serves where the binding's constant is missing.
+STABLE_FIELD_IDS: Mapping[str, int] = {
+    "NVML_FI_DEV_PCIE_COUNT_TX_BYTES": 197,
+    "NVML_FI_DEV_PCIE_COUNT_RX_BYTES": 198,
+}
 
 
 @dataclass(frozen=True)
@@ -134,6 +141,7 @@ PLAIN_SYMBOLS: tuple[str, ...] = (
     "nvmlDeviceGetTemperatureThreshold",
     "nvmlDeviceGetNumFans",  # 510.39.01; before it, no fan series
     "nvmlDeviceGetFanSpeed_v2",
+    "nvmlDeviceGetFanSpeed",  # the first fan, where nvmlDeviceGetNumFans is absent (R470)
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetEnforcedPowerLimit",
     "nvmlDeviceGetTotalEnergyConsumption",

@@ -14,6 +14,7 @@ from mirrorwatch.exporter.backend import (
     GpuDevice,
     GpuProcesses,
     MemoryBytes,
+    MigDevice,
     NvlinkCounters,
     PcieLink,
     PeerLink,
@@ -140,6 +141,12 @@ class StaticGpu:
 
     def gpm(self) -> GpmReading | None:
         return self.gpm_reading
+
+    def mig_enabled(self) -> bool | None:
+        return None
+
+    def mig_devices(self) -> Sequence[MigDevice]:
+        return ()
 
 
 @dataclass
