@@ -44,6 +44,10 @@ WORKER_KEY = "cluster, host, job, instance, run, worker"
 # --- recording rules (level:metric:operation) ---------------------------------------------------
 
 GPU_UTIL = "instance_gpu:mirrorwatch_gpu_utilization_ratio:avg1m"
+# A MIG parent's utilisation is no measure of its instances' work (NVML answers NotSupported
+# there, and GPM on the parent mixes instances that may serve different jobs): the per-GPU
+# recordings every balance rule reads leave MIG parents out.
+NOT_MIG_PARENT = "unless on (cluster, host, job, instance, uuid) (mirrorwatch_gpu_mig_enabled == 1)"
 ACTIVE_REPLICA = "instance_run:mirrorwatch_training_replica_info:active"
 RUN_GPU_UTIL = "run_gpu:mirrorwatch_gpu_utilization_ratio:avg1m"
 RUN_UTIL = "run:mirrorwatch_gpu_utilization_ratio:avg1m"
