@@ -136,7 +136,8 @@ class MigDevice:
 
     ``profile`` is NVML's name for it (``3g.40gb``); ``memory`` its instance's framebuffer
     (None where not readable); ``processes`` how many compute processes it lists (None where
-    its list is not readable).
+    its list is not readable); ``gpm`` the GPM metrics of its GPU instance (Hopper and later,
+    driver 525 and later; None elsewhere or before a first interval).
     """
 
     mig_uuid: str
@@ -145,6 +146,7 @@ class MigDevice:
     profile: str
     memory: MemoryBytes | None
     processes: int | None = None
+    gpm: GpmReading | None = None
 
 
 @dataclass(frozen=True)

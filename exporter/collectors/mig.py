@@ -1,4 +1,4 @@
-"""MIG: whether each GPU has MIG on, and per MIG device its identity, memory and processes.
+"""MIG: whether each GPU has MIG on; per MIG device its identity, memory, processes and GPM.
 
 A MIG device's series carry its parent's ``gpu`` and ``uuid`` plus ``gpu_instance`` and
 ``compute_instance`` (NVML's ids); ``mirrorwatch_gpu_mig_info`` adds ``mig_uuid`` and
@@ -14,6 +14,12 @@ from prometheus_client.metrics_core import Metric
 from mirrorwatch.exporter.collectors.base import GpuGauge, ScrapeView, non_empty
 
 INSTANCE_LABELS = ("gpu_instance", "compute_instance")
+_GPM = (
+    ("sm_activity_ratio", "share of SMs busy"),
+    ("sm_occupancy_ratio", "SM occupancy"),
+    ("tensor_activity_ratio", "tensor activity"),
+    ("dram_activity_ratio", "DRAM bandwidth used"),
+)
 
 
 class MigCollector:
@@ -43,18 +49,31 @@ class MigCollector:
             "Compute processes on the MIG device.",
             INSTANCE_LABELS,
         )
+        gpm = {
+            field: GpuGauge(
+                f"mirrorwatch_gpu_mig_{field}",
+                f"GPM {what} of the MIG device's GPU instance over the last GPM interval"
+                " (nvmlGpmMigSampleGet; Hopper and later).",
+                ("gpu_instance",),
+            )
+            for field, what in _GPM
+        }
         for gpu in view.alive:
             on = gpu.mig_enabled()
             if on is None:
                 continue
             enabled.add(gpu, float(on))
+            instances_done: set[str] = set()  # GPM is per GPU instance, devices per compute one
             for device in gpu.mig_devices():
                 ids = (str(device.gpu_instance), str(device.compute_instance))
                 info.add(gpu, 1.0, device.mig_uuid, *ids, device.profile)
                 if device.memory is not None:
                     used.add(gpu, device.memory.used, *ids)
                     total.add(gpu, device.memory.total, *ids)
-                processes.add(
-                    gpu, None if device.processes is None else float(device.processes), *ids
-                )
-        yield from non_empty(enabled, info, used, total, processes)
+                count = device.processes
+                processes.add(gpu, None if count is None else float(count), *ids)
+                if device.gpm is not None and ids[0] not in instances_done:
+                    instances_done.add(ids[0])
+                    for field, _ in _GPM:
+                        gpm[field].add(gpu, getattr(device.gpm, field), ids[0])
+        yield from non_empty(enabled, info, used, total, processes, *gpm.values())

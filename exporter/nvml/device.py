@@ -495,7 +495,8 @@ class NvmlDevice:
         # Read every scrape: instances are created and destroyed while MIG stays on.
         if self.lost or not self.mig_enabled():
             return ()
-        return mig_devices(self._session, self.gpu)
+        gpm = None if self._gpm is None else self._gpm.instance_readings(self.gpu)
+        return mig_devices(self._session, self.gpu, gpm)
 
 
 def _number(value: Any) -> float | None:

@@ -17,10 +17,10 @@ dcgm-exporter reads for its ``GPU_I_PROFILE`` label.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mirrorwatch.exporter.backend import MemoryBytes, MigDevice
+from mirrorwatch.exporter.backend import GpmReading, MemoryBytes, MigDevice
 from mirrorwatch.exporter.nvml.processes import list_processes
 from mirrorwatch.exporter.nvml.session import GpuHandle, NvmlSession, as_text
 
@@ -43,18 +43,35 @@ def profile_of(name: str) -> str:
     return profile.strip() if mark else name.strip()
 
 
-def mig_devices(session: NvmlSession, gpu: GpuHandle) -> Sequence[MigDevice]:
-    """The MIG devices of MIG-enabled ``gpu``, in index order (sparse indices skipped)."""
+def mig_devices(
+    session: NvmlSession, gpu: GpuHandle, gpm: Mapping[int, GpmReading] | None = None
+) -> Sequence[MigDevice]:
+    """The MIG devices of MIG-enabled ``gpu``, in index order (sparse indices skipped), each
+    with its GPU instance's reading from ``gpm`` (the background sampler's, by instance id)."""
     count = session.call(gpu, "nvmlDeviceGetMaxMigDeviceCount")
     devices: list[MigDevice] = []
     for index in range(int(count or 0)):
         handle = _mig_handle(session, gpu, index)
         if handle is None:
             continue
-        device = _read(session, gpu, handle)
+        device = _read(session, gpu, handle, gpm or {})
         if device is not None:
             devices.append(device)
     return devices
+
+
+def gpu_instances(session: NvmlSession, gpu: GpuHandle) -> list[int]:
+    """The GPU instance ids of MIG-enabled ``gpu``, each once (for per-instance GPM)."""
+    count = session.call(gpu, "nvmlDeviceGetMaxMigDeviceCount")
+    found: list[int] = []
+    for index in range(int(count or 0)):
+        handle = _mig_handle(session, gpu, index)
+        if handle is None:
+            continue
+        gpu_instance = session.call(gpu, "nvmlDeviceGetGpuInstanceId", handle=handle)
+        if gpu_instance is not None and int(gpu_instance) not in found:
+            found.append(int(gpu_instance))
+    return found
 
 
 def _mig_handle(session: NvmlSession, gpu: GpuHandle, index: int) -> Any:
@@ -69,7 +86,9 @@ def _mig_handle(session: NvmlSession, gpu: GpuHandle, index: int) -> Any:
         return None
 
 
-def _read(session: NvmlSession, gpu: GpuHandle, handle: Any) -> MigDevice | None:
+def _read(
+    session: NvmlSession, gpu: GpuHandle, handle: Any, gpm: Mapping[int, GpmReading]
+) -> MigDevice | None:
     uuid = session.call(gpu, "nvmlDeviceGetUUID", handle=handle)
     gpu_instance = session.call(gpu, "nvmlDeviceGetGpuInstanceId", handle=handle)
     compute_instance = session.call(gpu, "nvmlDeviceGetComputeInstanceId", handle=handle)
@@ -85,4 +104,5 @@ def _read(session: NvmlSession, gpu: GpuHandle, handle: Any) -> MigDevice | None
         profile="" if name is None else profile_of(as_text(name)),
         memory=None if memory is None else MemoryBytes(float(memory.used), float(memory.total)),
         processes=None if processes is None else len(processes),
+        gpm=gpm.get(int(gpu_instance)),
     )

@@ -51,8 +51,10 @@ class StandIn:
     """The library one branch x board cell loads. ``asked`` records every symbol looked up."""
 
     def __init__(self, nvml: ModuleType, branch: Branch, board: Board) -> None:
+        self._nvml = nvml
         self._branch = branch
         self._board = board
+        self._gpm_samples: dict[int, tuple[Any, tuple[int, int | None] | None]] = {}
         self._exports = branch.symbols
         self.asked: set[str] = set()
         self.fields_asked: set[int] = set()
@@ -482,13 +484,60 @@ class StandIn:
         _obj(ref).value = int(target[1] is not None)
         return OK
 
-    # GPM: the support query answers by board; sampling is not run in the matrix (no
-    # background rounds), and tests/exporter/test_nvml_processes.py covers it.
+    # GPM: samples remember what they sampled and when; a metric's value is the target's own
+    # (per GPU instance on a MIG parent), so a reading from the wrong target shows.
+
+    def gpm_percent(self, gpu: int, gpu_instance: int | None, metric: int) -> float:
+        return 10.0 + metric + 100 * gpu + (0 if gpu_instance is None else 3 * gpu_instance)
 
     def nvmlGpmQueryDeviceSupport(self, handle: Any, ref: Any) -> int:
         if self._gpu(handle) is None:
             return INVALID
         _obj(ref).isSupportedDevice = int(self._board.gpm)
+        return OK
+
+    def nvmlGpmSampleAlloc(self, ref: Any) -> int:
+        sample = self._nvml.struct_c_nvmlGpmSample_t()
+        self._gpm_samples[ctypes.addressof(sample)] = (sample, None)
+        _obj(ref).contents = sample
+        return OK
+
+    def nvmlGpmSampleFree(self, sample: Any) -> int:
+        self._gpm_samples.pop(ctypes.addressof(sample.contents), None)
+        return OK
+
+    def _take(self, sample: Any, target: tuple[int, int | None]) -> int:
+        key = ctypes.addressof(sample.contents)
+        if key not in self._gpm_samples:
+            return INVALID
+        self._gpm_samples[key] = (self._gpm_samples[key][0], target)
+        return OK
+
+    def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> int:
+        gpu = self._gpu(handle)
+        if gpu is None or not self._board.gpm:
+            return NOT_SUPPORTED
+        return self._take(sample, (gpu, None))
+
+    def nvmlGpmMigSampleGet(self, handle: Any, gpu_instance: Any, sample: Any) -> int:
+        gpu = self._gpu(handle)
+        if gpu is None or not self._board.gpm:
+            return NOT_SUPPORTED
+        if _v(gpu_instance) not in {slot.gpu_instance for slot in self._board.mig}:
+            return NOT_FOUND
+        return self._take(sample, (gpu, _v(gpu_instance)))
+
+    def nvmlGpmMetricsGet(self, ref: Any) -> int:
+        request = _obj(ref)
+        first = self._gpm_samples.get(ctypes.addressof(request.sample1.contents))
+        second = self._gpm_samples.get(ctypes.addressof(request.sample2.contents))
+        if first is None or second is None or first[1] != second[1] or first[1] is None:
+            return INVALID  # two samples of one target are needed
+        gpu, gpu_instance = first[1]
+        for i in range(request.numMetrics):
+            metric = request.metrics[i]
+            metric.value = self.gpm_percent(gpu, gpu_instance, int(metric.metricId))
+            metric.nvmlReturn = OK
         return OK
 
     # Events.
