@@ -81,6 +81,10 @@ def render(results: Sequence[tuple[Cell, CellResult]]) -> str:
     lines += [
         "",
         "Field ids at or above 199 are never asked for (their meaning changes between branches).",
+        "Versions are chosen by the symbols the loaded library exports, never by the driver",
+        "version string, so a WSL2 guest's Windows numbering (e.g. 552.55 for R550) needs no",
+        "mapping; process lists are read with the entry size that library writes, whatever the",
+        "installed nvidia-ml-py assumes.",
         "",
         "## Which series each board publishes",
         "",
