@@ -163,7 +163,9 @@ class ProcessReader:
         self._proc = proc
         self._names = in_host_pid_namespace(proc) if names is None else names
         self._lock = threading.Lock()
-        self._last_seen_us: dict[int, int] = {}  # GPU index -> newest sample timestamp
+        # GPU UUID -> newest sample timestamp: the GPU's identity, not its index, which a
+        # re-enumeration can give to another card.
+        self._last_seen_us: dict[str, int] = {}
 
     def read(self, gpu: GpuHandle) -> GpuProcesses | None:
         session = self._session
@@ -194,7 +196,7 @@ class ProcessReader:
     def _sm_shares(self, gpu: GpuHandle) -> dict[int, float]:
         """Each process's SM share in its newest sample since the previous read."""
         with self._lock:
-            since = self._last_seen_us.get(gpu.index, 0)
+            since = self._last_seen_us.get(gpu.uuid, 0)
         samples = self._session.call(gpu, "nvmlDeviceGetProcessUtilization", since)
         if not samples:
             return {}
@@ -204,7 +206,7 @@ class ProcessReader:
             if pid not in newest or stamp > newest[pid][0]:
                 newest[pid] = (stamp, min(float(sample.smUtil) / _PERCENT, 1.0))
         with self._lock:
-            self._last_seen_us[gpu.index] = max([since, *(stamp for stamp, _ in newest.values())])
+            self._last_seen_us[gpu.uuid] = max([since, *(stamp for stamp, _ in newest.values())])
         return {pid: share for pid, (_, share) in newest.items()}
 
 
