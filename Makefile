@@ -16,7 +16,7 @@ RUN ?= demo-$(basename $(notdir $(SCENARIO)))
 REPORT_OUT ?= build/demo/report
 SINCE ?= 1h
 
-.PHONY: setup tools install test lint typecheck pytest bench demo report alerts dashboards clean
+.PHONY: setup tools install test lint typecheck pytest bench demo report alerts dashboards compatibility clean
 
 ## setup: the virtual environment with the project and its test tools, plus promtool/amtool
 setup: install tools
@@ -82,6 +82,10 @@ alerts: install
 ## dashboards: regenerate dashboards/json/*.json from the Python sources in dashboards/
 dashboards: install
 	$(PY) -m dashboards.build
+
+## compatibility: regenerate docs/compatibility.md from the driver x board matrix cells
+compatibility: install
+	$(PY) -m tests.exporter.nvml_standin.compatibility
 
 ## bench: benchmarks; results land in bench/results/*.json. The side-by-side with
 ## nvitop-exporter installs it into its own environment (never .venv) and runs Debian's

@@ -62,6 +62,11 @@ KEY_FRAGMENTS = {
     "RUN_KEY": RUN_KEY,
 }
 
+# A MIG parent's utilisation is no measure of its instances' work (NVML answers NotSupported
+# there, and GPM on the parent mixes instances that may serve different jobs): the per-GPU
+# recordings every balance rule reads leave MIG parents out.
+NOT_MIG_PARENT = f"unless on ({UUID_KEY}) (mirrorwatch_gpu_mig_enabled == 1)"
+
 # --- recording rules (level:metric:operation) ---------------------------------------------------
 
 GPU_UTIL = "instance_gpu:mirrorwatch_gpu_utilization_ratio:avg1m"

@@ -191,8 +191,18 @@ def diagnose(args: argparse.Namespace) -> Outcome:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # The checks carry every reason; the exporter's own warnings (NVML retries) would only
-    # repeat them on stderr, and the doctor never retries.
-    logging.getLogger("mirrorwatch.exporter").setLevel(logging.ERROR)
+    # repeat them on stderr, and the doctor never retries. Restored on return: main() also
+    # runs inside other programs (make demo, tests), whose exporter logs must stay as they were.
+    exporter_log = logging.getLogger("mirrorwatch.exporter")
+    level = exporter_log.level
+    exporter_log.setLevel(logging.ERROR)
+    try:
+        return _run(argv)
+    finally:
+        exporter_log.setLevel(level)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     # TensorFlow's C++ start-up chatter on stderr (CPU features, absl) is not a finding.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:

@@ -131,6 +131,25 @@ class GpmReading:
 
 
 @dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (a compute instance of a GPU instance) of a MIG-enabled GPU.
+
+    ``profile`` is NVML's name for it (``3g.40gb``); ``memory`` its instance's framebuffer
+    (None where not readable); ``processes`` how many compute processes it lists (None where
+    its list is not readable); ``gpm`` the GPM metrics of its GPU instance (Hopper and later,
+    driver 525 and later; None elsewhere or before a first interval).
+    """
+
+    mig_uuid: str
+    gpu_instance: int
+    compute_instance: int
+    profile: str
+    memory: MemoryBytes | None
+    processes: int | None = None
+    gpm: GpmReading | None = None
+
+
+@dataclass(frozen=True)
 class PeerLink:
     """How this GPU reaches another GPU of the host (static topology)."""
 
@@ -273,6 +292,14 @@ class GpuDevice(Protocol):
 
     def config(self) -> DeviceConfig | None:
         """Pre-flight: the GPU's settings and health state; None while it is lost."""
+        ...
+
+    def mig_enabled(self) -> bool | None:
+        """Whether MIG is on; None where the GPU has no MIG (NVML answers NotSupported)."""
+        ...
+
+    def mig_devices(self) -> Sequence[MigDevice]:
+        """The MIG devices of a MIG-enabled GPU, in NVML's index order; none otherwise."""
         ...
 
 

@@ -7,6 +7,11 @@
 # contract whether this host exposes it. Exits non-zero when the exporter never gets ready,
 # the scrape fails, promtool rejects it, or a collector reports failure.
 #
+# First (scripts/gpu_symbols.py) lists which NVML functions the exporter uses this host's
+# libnvidia-ml.so.1 exports, with the driver version, and compares them with the stand-in of
+# that driver branch (tests/exporter/nvml_standin): a difference means the stand-in matrix is
+# wrong for this driver, and fails the smoke test.
+#
 # Then (scripts/gpu_features.py) reports whether each GPU supports per-process utilisation and
 # GPM, with each call's cost, and checks the exporter shows GPM on exactly the GPUs that have
 # it (after its 15 s sampling interval).
@@ -46,6 +51,13 @@ fail() {
 [[ -n "$exporter" ]] || fail "mirrorwatch-exporter not found; run 'make install' first"
 command -v curl >/dev/null || fail "curl is required"
 command -v promtool >/dev/null || fail "promtool is required ('make tools' installs it)"
+
+python="${PYTHON:-}"
+if [[ -z "$python" ]]; then
+  if [[ -x "$repo_root/.venv/bin/python" ]]; then python="$repo_root/.venv/bin/python"; else python=python3; fi
+fi
+"$python" "$repo_root/scripts/gpu_symbols.py" \
+  || fail "the stand-in's symbols for this driver branch differ from the real libnvidia-ml (see above)"
 
 workdir="$(mktemp -d)"
 exporter_pid=""
@@ -157,10 +169,6 @@ echo "(see docs/metrics.md for which GPUs and drivers support each family)"
 
 # Per-process readings and GPM: what NVML says this host supports, and that the exporter
 # publishes GPM for exactly those GPUs (its background sampler needs two samples 15 s apart).
-python="${PYTHON:-}"
-if [[ -z "$python" ]]; then
-  if [[ -x "$repo_root/.venv/bin/python" ]]; then python="$repo_root/.venv/bin/python"; else python=python3; fi
-fi
 echo
 "$python" "$repo_root/scripts/gpu_features.py" >"$workdir/features.txt" \
   || fail "scripts/gpu_features.py could not ask NVML"

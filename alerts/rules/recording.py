@@ -9,7 +9,11 @@ from mirrorwatch.alerts.thresholds import Thresholds
 
 def rules(t: Thresholds) -> list[Record]:
     return [
-        Record(q.GPU_UTIL, "avg_over_time(mirrorwatch_gpu_utilization_ratio[1m])"),
+        Record(
+            q.GPU_UTIL,
+            "avg_over_time(mirrorwatch_gpu_utilization_ratio[1m]) «not_mig»",
+            {"not_mig": q.NOT_MIG_PARENT},
+        ),
         # The replicas of runs that are active now, one series per replica, value 1.
         Record(
             q.ACTIVE_REPLICA,
@@ -35,7 +39,11 @@ def rules(t: Thresholds) -> list[Record]:
         # 0.90 - 0.85 must be the 0.05 threshold, not 0.05000000000000004 above it.
         # GPM's SM activity, where the GPU has it: the share of SMs busy, which utilisation
         # (a kernel ran at all) overstates for small kernels.
-        Record(q.GPU_SM_ACTIVITY, "avg_over_time(mirrorwatch_gpu_sm_activity_ratio[1m])"),
+        Record(
+            q.GPU_SM_ACTIVITY,
+            "avg_over_time(mirrorwatch_gpu_sm_activity_ratio[1m]) «not_mig»",
+            {"not_mig": q.NOT_MIG_PARENT},
+        ),
         Record(
             q.RUN_GPU_SM_ACTIVITY,
             """

@@ -103,6 +103,11 @@ class NvmlBackend:
         self._pcie_totals = PcieTotals()
 
     @property
+    def session(self) -> NvmlSession | None:
+        """The NVML session now open (None while NVML is down): which versions it chose."""
+        return self._session
+
+    @property
     def kind(self) -> Literal["nvml"]:
         return "nvml"
 

@@ -19,6 +19,7 @@ from mirrorwatch.exporter.backend import (
     GpuProcess,
     GpuProcesses,
     MemoryBytes,
+    MigDevice,
     NvlinkCounters,
     P2pCapability,
     P2pLink,
@@ -70,6 +71,13 @@ def gpu_uuid(seed: int, index: int) -> str:
     return f"GPU-{uuid.UUID(bytes=digest[:16], version=4)}"
 
 
+def mig_uuid(gpu_uuid: str, gpu_instance: int, compute_instance: int) -> str:
+    """A stable UUID for a MIG device, in NVML's "MIG-..." form (R470 and later)."""
+    key = f"mirrorwatch-simulated-mig:{gpu_uuid}:{gpu_instance}:{compute_instance}"
+    digest = hashlib.sha256(key.encode()).digest()
+    return f"MIG-{uuid.UUID(bytes=digest[:16], version=4)}"
+
+
 def pci_bus_id(index: int) -> str:
     """A distinct canonical ``dddd:bb:dd.f`` address for GPU `index`."""
     domain, slot = divmod(index, len(_PCI_BUSES))
@@ -100,6 +108,7 @@ class SimulatedGpu:
             None if processes is None else tuple(p for p in processes if p.gpu == physics.index)
         )
         self._hardware = hardware
+        self._mig = tuple(spec for spec in hardware.mig if spec.gpu == physics.index)
         self._now = now
         self._epoch = epoch
         self._index = physics.index
@@ -218,11 +227,11 @@ class SimulatedGpu:
 
     def utilization_ratio(self) -> float | None:
         sample = self._sample()
-        return None if sample is None else sample.utilization
+        return None if sample is None or self._mig else sample.utilization
 
     def memory_utilization_ratio(self) -> float | None:
         sample = self._sample()
-        return None if sample is None else sample.memory_utilization
+        return None if sample is None or self._mig else sample.memory_utilization
 
     def memory_bytes(self) -> MemoryBytes | None:
         sample = self._sample()
@@ -333,8 +342,28 @@ class SimulatedGpu:
             ),
         )
 
+    def mig_enabled(self) -> bool | None:
+        return bool(self._mig) if self._hardware.mig else None
+
+    def mig_devices(self) -> Sequence[MigDevice]:
+        if not self._mig or self._sample() is None:
+            return ()
+        return tuple(
+            MigDevice(
+                mig_uuid=mig_uuid(self._uuid, spec.gpu_instance, spec.compute_instance),
+                gpu_instance=spec.gpu_instance,
+                compute_instance=spec.compute_instance,
+                profile=spec.profile,
+                memory=MemoryBytes(
+                    spec.memory_gib * spec.memory_used_ratio * _GIB, spec.memory_gib * _GIB
+                ),
+                processes=spec.processes,
+            )
+            for spec in self._mig
+        )
+
     def gpm(self) -> GpmReading | None:
-        if not self._hardware.gpm:
+        if not self._hardware.gpm or self._mig:
             return None
         sample = self._sample()
         if sample is None:
@@ -361,7 +390,7 @@ class SimulatedGpu:
             retired_pages_pending=False if ecc else None,
             remapped_rows_pending=False if ecc else None,
             remapped_rows_failed=False if ecc else None,
-            mig_enabled=hardware.mig,
+            mig_enabled=bool(self._mig),
             power_limit_default_watts=hardware.power_limit_watts,
             pcie_generation_gpu_max=hardware.pcie_generation,
             numa_node=hardware.numa_node(self._index),

@@ -83,8 +83,9 @@ def test_a_scenario_file_sets_what_the_settings_checks_read(
     path = tmp_path / "host.yaml"
     path.write_text(
         "description: d\nexpected_alerts: []\ncuda_version: '12.2'\n"
-        "gpus: {persistence_mode: false, mig: true, compute_mode: prohibited,"
-        " compute_capability: '6.1', power_limit_watts: 300, idle_power_watts: 30}\n"
+        "gpus: {persistence_mode: false, compute_mode: prohibited,"
+        " compute_capability: '6.1', power_limit_watts: 300, idle_power_watts: 30,"
+        " mig: [{gpu: 1, gpu_instance: 1, profile: 7g.80gb, memory_gib: 80}]}\n"
         "events: [{type: power_cap, gpu: 0, at: 0, watts: 200}]\n"
     )
     code, document = doctor_json(capsys, "--simulate", str(path))

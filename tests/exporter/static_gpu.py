@@ -15,6 +15,7 @@ from mirrorwatch.exporter.backend import (
     GpuDevice,
     GpuProcesses,
     MemoryBytes,
+    MigDevice,
     NvlinkCounters,
     P2pCapability,
     P2pStatus,
@@ -147,6 +148,12 @@ class StaticGpu:
 
     def config(self) -> DeviceConfig | None:
         return self.device_config
+
+    def mig_enabled(self) -> bool | None:
+        return None
+
+    def mig_devices(self) -> Sequence[MigDevice]:
+        return ()
 
 
 @dataclass
