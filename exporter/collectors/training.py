@@ -14,10 +14,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
 from mirrorwatch.exporter.backend import GpuBackend, GpuDevice
-from mirrorwatch.exporter.exposition import LabelSet, label_set
+from mirrorwatch.exporter.exposition import label_set, sample_line
 from mirrorwatch.exporter.ingest.errors import RejectionCounter
 from mirrorwatch.exporter.ingest.owners import ProcessOwners, Worker
-from mirrorwatch.exporter.ingest.replicas import GpuDirectory, HostGpu
+from mirrorwatch.exporter.ingest.replicas import GpuDirectory
 from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS, TrainingSnapshot
 from mirrorwatch.exporter.ingest.store import RunStore, WorkerEntry, WorkerView
 
@@ -81,11 +81,7 @@ class _Families:
     def add(self, view: WorkerView, gpus: GpuDirectory, worker: _WorkerSamples) -> None:
         """The worker's samples: activity and replica -> GPU now, the rest as pushed."""
         self.active.samples.append(Sample(self.active.name, worker.labels, 1 if view.active else 0))
-        for device in view.entry.snapshot.replica_devices:
-            gpu = gpus.resolve(device)
-            if gpu is not None:
-                labels = worker.replica_labels(device.replica, gpu)
-                self.replica_info.samples.append(Sample(self.replica_info.name, labels, 1))
+        self.replica_info.samples.extend(worker.replica_info(gpus))
         for name, samples in worker.samples:
             getattr(self, name).samples.extend(samples)
 
@@ -135,7 +131,7 @@ class _Families:
 
 
 class _WorkerSamples:
-    """One accepted push's samples, label sets rendered once (exposition.LabelSet).
+    """One accepted push's samples, each line rendered once (exposition.sample_line).
 
     A scrape at the limits holds thousands of training samples, and building and rendering
     them was most of its time; a worker's push changes them at most once per push, so they
@@ -149,19 +145,26 @@ class _WorkerSamples:
         families = _Families()
         families.add_snapshot(entry)
         self.samples = [
-            (name, [Sample(s.name, label_set(s.labels), s.value, s.timestamp) for s in samples])
-            for name, samples in ((name, f.samples) for name, f in vars(families).items())
-            if samples
+            (name, [sample_line(s.name, s.labels, s.value) for s in family.samples])
+            for name, family in vars(families).items()
+            if family.samples
         ]
-        self._replicas: dict[tuple[int, HostGpu], LabelSet] = {}
+        self._replica_info: tuple[object, list[Sample]] | None = None
 
-    def replica_labels(self, replica: int, gpu: HostGpu) -> LabelSet:
-        found = self._replicas.get((replica, gpu))
-        if found is None:
-            found = self._replicas[(replica, gpu)] = label_set(
-                {**self.labels, "replica": str(replica), "gpu": str(gpu.index), "uuid": gpu.uuid}
-            )
-        return found
+    def replica_info(self, gpus: GpuDirectory) -> list[Sample]:
+        """The replica -> GPU rows on these GPUs: resolved again only when the GPUs change."""
+        known = self._replica_info
+        if known is not None and known[0] == gpus.key:
+            return known[1]
+        name = "mirrorwatch_training_replica_info"
+        samples = []
+        for device in self.entry.snapshot.replica_devices:
+            gpu = gpus.resolve(device)
+            if gpu is not None:
+                replica = {"replica": str(device.replica), "gpu": str(gpu.index), "uuid": gpu.uuid}
+                samples.append(sample_line(name, {**self.labels, **replica}, 1))
+        self._replica_info = (gpus.key, samples)  # one assignment, as in _worker_samples
+        return samples
 
 
 class TrainingMetrics:
