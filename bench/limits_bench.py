@@ -7,9 +7,11 @@ the way that costs the scrape most: as many runs as allowed, 64-character run id
 indexes of four digits, every replica the limit allows on a GPU of this host (so each gets its
 `replica_info` row and both memory series), every optional field set, 128-character model and
 strategy names, and a pid so the run's GPUs get foreign-process series. One push more of each
-kind is then checked to be refused with 429. Measured, before and after the fill: /metrics
-bytes (plain text, and gzip as Prometheus asks), series, scrape wall time (client side, over
-loopback) with Prometheus's headers and plain, CPU per scrape, and the exporter's RSS.
+kind is then checked to be refused with 429. Measured before the fill, after it, and with
+every worker pushing again before each scrape (so each worker's samples are built afresh: the
+costliest scrape): /metrics bytes (plain text, and gzip as Prometheus asks), series, scrape
+wall time (client side, over loopback) with Prometheus's headers and plain, CPU per scrape,
+and the exporter's RSS.
 
 Two settings run: the defaults (judged: the scrape under 0.5 s and 2 MB) and a cluster-sized
 one, raised by flag to the limits the contract first had (recorded for docs/api.md).
@@ -26,7 +28,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,13 +97,13 @@ def run_id(index: int) -> str:
     return f"run-{index:04d}-".ljust(LONGEST_RUN, "x")
 
 
-def snapshot(replicas: int, uuids: list[str]) -> dict[str, Any]:
+def snapshot(replicas: int, uuids: list[str], sequence: int = 1) -> dict[str, Any]:
     """A push with everything a worker may say, each replica on a GPU of this host."""
-    steps = 1000
+    steps = 1000 * sequence
     return {
         "schema": 1,
         "session": "s".ljust(LONGEST_RUN, "x"),
-        "sequence": 1,
+        "sequence": sequence,
         "model": "m" * LONGEST_TEXT,
         "strategy": "s" * LONGEST_TEXT,
         "replicas": replicas,
@@ -165,8 +167,15 @@ def series(text: str) -> dict[str, int]:
     return {"series": total, "training_series": training}
 
 
-def scrape(client: httpx.Client, url: str, pid: int, scrapes: int) -> dict[str, Any]:
-    """Scrape ``scrapes`` times in each mode; wall times client side, CPU of the exporter.
+def scrape(
+    client: httpx.Client,
+    url: str,
+    pid: int,
+    scrapes: int,
+    before: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
+    """Scrape ``scrapes`` times in each mode, calling ``before`` (untimed) before each; wall
+    times client side, CPU of the exporter during the scrape.
 
     On a shared machine the wall time includes waiting for a core; the exporter's CPU time
     per scrape is the steadier number.
@@ -178,13 +187,15 @@ def scrape(client: httpx.Client, url: str, pid: int, scrapes: int) -> dict[str, 
         for _ in range(2):  # warm up
             client.get(url + "/metrics", headers=headers).raise_for_status()
         seconds = []
-        cpu_before = process_cpu_seconds(pid)
+        cpu = 0.0
         for _ in range(scrapes):
+            before()
+            cpu_before = process_cpu_seconds(pid)
             started = time.perf_counter()
             response = client.get(url + "/metrics", headers=headers)
             seconds.append(time.perf_counter() - started)
+            cpu += (process_cpu_seconds(pid) - cpu_before) / scrapes
             response.raise_for_status()
-        cpu = (process_cpu_seconds(pid) - cpu_before) / scrapes
         result[mode] = {
             "content_type": response.headers["content-type"],
             "content_encoding": response.headers.get("content-encoding", "identity"),
@@ -196,6 +207,37 @@ def scrape(client: httpx.Client, url: str, pid: int, scrapes: int) -> dict[str, 
     return result
 
 
+def worker_paths(setting: Setting) -> list[str]:
+    """Every worker the limits allow, spread over as many runs as they allow."""
+    runs = min(setting.max_runs, setting.max_workers)
+    per_run = min(setting.max_workers_per_run, math.ceil(setting.max_workers / runs))
+    paths = []
+    for index in range(setting.max_workers):
+        run, position = divmod(index, per_run)
+        worker = 1023 - position  # four digits, as a large cluster's indexes are
+        paths.append(f"/api/v1/runs/{run_id(run)}/workers/{worker}")
+    return paths
+
+
+class Pushes:
+    """Every worker pushing again, with the next sequence: the scrape after it builds every
+    worker's samples afresh (the costliest scrape, as when all workers push between two)."""
+
+    def __init__(self, client: httpx.Client, url: str, setting: Setting, uuids: list[str]):
+        self.client, self.url, self.setting, self.uuids = client, url, setting, uuids
+        self.paths = worker_paths(setting)
+        self.sequence = 1
+
+    def __call__(self) -> None:
+        self.sequence += 1
+        body = json.dumps(snapshot(self.setting.max_replicas, self.uuids, self.sequence))
+        headers = {**AUTH, "Content-Type": "application/json"}
+        for path in self.paths:
+            response = self.client.put(self.url + path, content=body.encode(), headers=headers)
+            if response.status_code != 200:
+                raise RuntimeError(f"push to {path} answered {response.text}")
+
+
 def fill(client: httpx.Client, url: str, setting: Setting, uuids: list[str]) -> dict[str, Any]:
     """Push workers until every limit is reached, then check one more of each is refused."""
     runs = min(setting.max_runs, setting.max_workers)
@@ -204,13 +246,10 @@ def fill(client: httpx.Client, url: str, setting: Setting, uuids: list[str]) -> 
     headers = {**AUTH, "Content-Type": "application/json"}
     pushed = 0
     started = time.perf_counter()
-    for index in range(setting.max_workers):
-        run, position = divmod(index, per_run)
-        worker = 1023 - position  # four digits, as a large cluster's indexes are
-        path = f"/api/v1/runs/{run_id(run)}/workers/{worker}"
+    for path in worker_paths(setting):
         response = client.put(url + path, content=body, headers=headers)
         if response.status_code != 200:
-            raise RuntimeError(f"push {index} to {path} answered {response.text}")
+            raise RuntimeError(f"push {pushed} to {path} answered {response.text}")
         pushed += 1
     fill_seconds = time.perf_counter() - started
     over = {
@@ -247,7 +286,7 @@ def measure(setting: Setting, scrapes: int) -> dict[str, Any]:
     env = {"MIRRORWATCH_INGEST_TOKEN": TOKEN}
     with (
         running_exporter(args, env, wait_for="/readyz") as exporter,
-        httpx.Client(timeout=60) as client,
+        httpx.Client(timeout=300) as client,  # a cluster-sized scrape takes tens of seconds
     ):
         pid = exporter.process.pid
         gpus = client.get(exporter.url + "/api/v1/gpus").json()["gpus"]
@@ -255,6 +294,8 @@ def measure(setting: Setting, scrapes: int) -> dict[str, Any]:
         empty = {**scrape(client, exporter.url, pid, scrapes), **memory_mib(pid)}
         filled = fill(client, exporter.url, setting, uuids)
         full = {**scrape(client, exporter.url, pid, scrapes), **memory_mib(pid)}
+        pushes = Pushes(client, exporter.url, setting, uuids)
+        pushed = {**scrape(client, exporter.url, pid, scrapes, pushes), **memory_mib(pid)}
     return {
         "setting": setting.name,
         "limits": {
@@ -266,16 +307,22 @@ def measure(setting: Setting, scrapes: int) -> dict[str, Any]:
         "fill": filled,
         "no_training": empty,
         "at_the_limits": full,
+        "at_the_limits_all_pushed_since": pushed,
     }
 
 
+STATES = ("no_training", "at_the_limits", "at_the_limits_all_pushed_since")
+
+
 def verdict(row: Mapping[str, Any]) -> dict[str, bool]:
-    full = row["at_the_limits"]
+    full = [row[state] for state in STATES[1:]]
     return {
         "scrape_seconds_max": all(
-            full[mode]["scrape_seconds_max"] <= TARGETS["scrape_seconds_max"] for mode in MODES
+            m[mode]["scrape_seconds_max"] <= TARGETS["scrape_seconds_max"]
+            for m in full
+            for mode in MODES
         ),
-        "scrape_bytes": full["bytes"] <= TARGETS["scrape_bytes"],
+        "scrape_bytes": all(m["bytes"] <= TARGETS["scrape_bytes"] for m in full),
     }
 
 
@@ -301,14 +348,14 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(
-        f"{'setting':>8} {'state':>13} {'series':>7} {'bytes':>9} {'gzip':>8} "
+        f"{'setting':>8} {'state':>30} {'series':>7} {'bytes':>9} {'gzip':>8} "
         f"{'prom p50':>8} {'prom max':>8} {'plain max':>9} {'rss MiB':>7}"
     )
     for row in (default, cluster):
-        for state in ("no_training", "at_the_limits"):
+        for state in STATES:
             m = row[state]
             print(
-                f"{row['setting']:>8} {state:>13} {m['series']:>7} {m['bytes']:>9} "
+                f"{row['setting']:>8} {state:>30} {m['series']:>7} {m['bytes']:>9} "
                 f"{m['prometheus']['wire_bytes']:>8} {m['prometheus']['scrape_seconds_p50']:>8} "
                 f"{m['prometheus']['scrape_seconds_max']:>8} "
                 f"{m['plain']['scrape_seconds_max']:>9} {m['rss_mib']:>7}"

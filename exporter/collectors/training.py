@@ -139,15 +139,20 @@ class _WorkerSamples:
     join are redone per scrape.
     """
 
-    def __init__(self, entry: WorkerEntry) -> None:
+    def __init__(self, entry: WorkerEntry, scratch: _Families) -> None:
+        # ``scratch`` is shared by the workers built in one scrape: making the families anew
+        # for each worker (name checks and all) cost more than the samples themselves.
         self.entry = entry
         self.labels = label_set({"run": entry.run, "worker": str(entry.worker)})
-        families = _Families()
-        families.add_snapshot(entry)
+        families = vars(scratch)
+        start = {name: len(family.samples) for name, family in families.items()}
+        scratch.add_snapshot(entry)
         self.samples = [
-            (name, [sample_line(s.name, s.labels, s.value) for s in family.samples])
-            for name, family in vars(families).items()
-            if family.samples
+            (name, [sample_line(s.name, s.labels, s.value) for s in added])
+            for name, added in (
+                (name, family.samples[start[name] :]) for name, family in families.items()
+            )
+            if added
         ]
         self._replica_info: tuple[object, list[Sample]] | None = None
 
@@ -212,11 +217,13 @@ class TrainingMetrics:
         known = self._samples
         fresh: dict[tuple[str, int], _WorkerSamples] = {}
         workers = []
+        scratch: _Families | None = None
         for view in views:
             entry = view.entry
             worker = known.get((entry.run, entry.worker))
             if worker is None or worker.entry is not entry:  # an entry is replaced per push
-                worker = _WorkerSamples(entry)
+                scratch = scratch or _Families()
+                worker = _WorkerSamples(entry, scratch)
             fresh[(entry.run, entry.worker)] = worker
             workers.append(worker)
         self._samples = fresh  # one assignment: a concurrent scrape sees the old or the new
