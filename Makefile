@@ -102,6 +102,7 @@ bench: install tools
 	  --out bench/results/nvml-calls.json
 	$(PY) bench/trainer_bench.py --out bench/results/trainer.json
 	$(PY) bench/ingest_bench.py --out bench/results/ingest.json
+	$(PY) bench/limits_bench.py --out bench/results/limits.json
 	$(PY) bench/soak_bench.py --out bench/results/soak.json
 	$(PY) bench/scale_bench.py --out bench/results/scale.json
 	$(PY) bench/doctor_bench.py --out bench/results/doctor.json

@@ -121,7 +121,7 @@ class _Round:
         self.fields_unavailable = False
         self.used_groups: set[str] = set()
         # The processes on the GPU, read once per scrape: the processes collector and the
-        # runs' foreign-process families (ingest/metrics.py) describe the same moment.
+        # runs' foreign-process families (collectors/training.py) describe the same moment.
         self.processes: Any = _UNREAD
 
     def take(self, key: str) -> Any:
