@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mirrorwatch.exporter.ingest.errors import IngestError
-from mirrorwatch.exporter.ingest.schema import TrainingSnapshot
+from mirrorwatch.exporter.ingest.schema import StepDurations, TrainingSnapshot
 
 # Earlier session ids remembered per worker, so a late retry from before a restart is refused
 # as stale instead of being taken for one more restart (which would flap the counters).
@@ -251,10 +251,19 @@ def _counters(
     yield "body.steps_total", old.steps_total, new.steps_total
     yield "body.examples_total", old.examples_total, new.examples_total
     yield "body.telemetry_dropped_total", old.telemetry_dropped_total, new.telemetry_dropped_total
-    before, after = old.step_duration_seconds, new.step_duration_seconds
-    yield "body.step_duration_seconds.count", before.count, after.count
-    yield "body.step_duration_seconds.sum_seconds", before.sum_seconds, after.sum_seconds
+    yield from _histogram(
+        "step_duration_seconds", old.step_duration_seconds, new.step_duration_seconds
+    )
+    if old.allreduce_seconds is not None and new.allreduce_seconds is not None:
+        yield from _histogram("allreduce_seconds", old.allreduce_seconds, new.allreduce_seconds)
+
+
+def _histogram(
+    name: str, before: StepDurations, after: StepDurations
+) -> Iterator[tuple[str, float | None, float | None]]:
+    yield f"body.{name}.count", before.count, after.count
+    yield f"body.{name}.sum_seconds", before.sum_seconds, after.sum_seconds
     for index, (low, high) in enumerate(
         zip(before.bucket_counts, after.bucket_counts, strict=True)
     ):
-        yield f"body.step_duration_seconds.bucket_counts[{index}]", low, high
+        yield f"body.{name}.bucket_counts[{index}]", low, high
