@@ -152,12 +152,16 @@ class SnapshotBuilder:
             if known is None and isinstance(batch_size, int) and batch_size > 0:
                 known = batch_size
             self._job = Job(
-                short_text(model),
-                short_text(strategy),
+                None if model is None else short_text(model),
+                None if strategy is None else short_text(strategy),
                 tuple(replica_devices),
                 known,
                 replicas_in_sync,
             )
+
+    def attach_comm(self, comm: CommMeter) -> None:
+        """From now on the snapshots carry ``comm``'s all-reduce times (a model was attached)."""
+        self._comm = comm
 
     def set_scaling_baseline(self, examples_per_second: float) -> None:
         """Throughput of the same job on one replica: the snapshots then carry the speedup."""
