@@ -81,11 +81,11 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     options = parser.parse_args()
     os.environ.pop("MIRRORWATCH_RUN", None)
-    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import start_processes
 
     # fork: the ranks inherit this process's torch instead of each importing it again (seconds
     # on a busy machine); nothing here has started CUDA or a gloo thread yet.
-    mp.start_processes(
+    start_processes(
         rank_main, args=(options, free_port()), nprocs=options.ranks, start_method="fork"
     )
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -41,7 +39,7 @@ class DdpRun:
 
 
 @pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DdpRun]:
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> DdpRun:
     out = tmp_path_factory.mktemp("ddp")
     with running_exporter(
         ["--simulate", "healthy", "--log-level", "warning"], wait_for="/readyz"
@@ -60,7 +58,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DdpRun]:
         if sample.name.startswith("mirrorwatch_training_")
     ]
     results = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in range(RANKS)]
-    yield DdpRun(results, samples, gpus)
+    return DdpRun(results, samples, gpus)
 
 
 def test_two_ranks_are_one_run_of_two_workers_under_rank_0s_run_id(ddp_run: DdpRun) -> None:

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ BATCH = 8
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """No settings from the developer's shell or a torchrun around pytest leak in."""
     for name in (
         "MIRRORWATCH_URL",
@@ -32,7 +31,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
         "WORLD_SIZE",
     ):
         monkeypatch.delenv(name, raising=False)
-    yield monkeypatch
+    return monkeypatch
 
 
 def train(monitor: MirrorwatchMonitor, model: torch.nn.Module, steps: int = STEPS) -> float:
@@ -69,17 +68,22 @@ def test_a_plain_loop_reports_exact_steps_examples_and_the_last_loss() -> None:
 
 
 def test_steps_grow_push_by_push_in_one_session() -> None:
-    with recording_exporter() as exporter:
-        with MirrorwatchMonitor(url=exporter.url, run="growing", interval=0.05) as monitor:
-            model = torch.nn.Linear(4, 1)
-            for _ in range(4):
-                train(monitor, model, steps=5)
-                time.sleep(0.15)
+    with (
+        recording_exporter() as exporter,
+        MirrorwatchMonitor(url=exporter.url, run="growing", interval=0.05) as monitor,
+    ):
+        model = torch.nn.Linear(4, 1)
+        for _ in range(4):
+            train(monitor, model, steps=5)
+            time.sleep(0.15)
+
     snapshots = exporter.snapshots
     assert len({s.session for s in snapshots}) == 1
     assert [s.sequence for s in snapshots] == sorted({s.sequence for s in snapshots})
     steps = [s.steps_total for s in snapshots]
-    assert steps == sorted(steps) and steps[-1] == 20 and len(set(steps)) >= 3
+    assert steps == sorted(steps)
+    assert steps[-1] == 20
+    assert len(set(steps)) >= 3
 
 
 class SpyLoss(torch.Tensor):
@@ -110,10 +114,13 @@ def test_a_loss_tensor_is_read_on_the_pusher_thread_at_most_once_per_push() -> N
 def test_dataparallel_on_cpu_is_one_replica_and_says_so_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with recording_exporter() as exporter, caplog.at_level(logging.WARNING, "mirrorwatch.torch"):
-        with MirrorwatchMonitor(url=exporter.url, run="dp-cpu", interval=0.1) as monitor:
-            model = monitor.attach(torch.nn.DataParallel(torch.nn.Linear(4, 1)))
-            train(monitor, model)
+    with (
+        recording_exporter() as exporter,
+        caplog.at_level(logging.WARNING, "mirrorwatch.torch"),
+        MirrorwatchMonitor(url=exporter.url, run="dp-cpu", interval=0.1) as monitor,
+    ):
+        model = monitor.attach(torch.nn.DataParallel(torch.nn.Linear(4, 1)))
+        train(monitor, model)
     final = exporter.snapshots[-1]
     assert (final.strategy, final.model, final.replicas) == ("DataParallel", "Linear", 1)
     assert [r.device for r in final.replica_devices] == ["cpu"]
@@ -123,9 +130,12 @@ def test_dataparallel_on_cpu_is_one_replica_and_says_so_once(
 
 def test_cpu_replicas_stand_on_the_bus_id_they_are_given(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("MIRRORWATCH_REPLICA_PCI_BUS_IDS", "00000000:3B:00.0")
-    with recording_exporter() as exporter:
-        with MirrorwatchMonitor(url=exporter.url, run="bus-id", interval=0.1) as monitor:
-            train(monitor, torch.nn.Linear(4, 1), steps=3)
+    with (
+        recording_exporter() as exporter,
+        MirrorwatchMonitor(url=exporter.url, run="bus-id", interval=0.1) as monitor,
+    ):
+        train(monitor, torch.nn.Linear(4, 1), steps=3)
+
     assert [r.pci_bus_id for r in exporter.snapshots[-1].replica_devices] == ["0000:3b:00.0"]
 
 
@@ -133,9 +143,12 @@ def test_the_worker_is_rank_from_the_environment_without_a_process_group(
     clean_env: pytest.MonkeyPatch,
 ) -> None:
     clean_env.setenv("RANK", "3")
-    with recording_exporter() as exporter:
-        with MirrorwatchMonitor(url=exporter.url, run="ranked", interval=0.1) as monitor:
-            monitor.step(BATCH)
+    with (
+        recording_exporter() as exporter,
+        MirrorwatchMonitor(url=exporter.url, run="ranked", interval=0.1) as monitor,
+    ):
+        monitor.step(BATCH)
+
     assert monitor.worker == 3
     assert exporter.pushes[-1].path == "/api/v1/runs/ranked/workers/3"
 
