@@ -23,7 +23,9 @@ setup: install tools
 
 # The torch monitor's tests (tests/torch_monitor) run on this torch, pinned: the `[torch]` extra's
 # range would let pip fetch a newer release's CUDA build (several GB); this one is a CPU build.
+# Lightning (its callback's test) installs beside it without asking for another torch.
 TORCH_VERSION ?= 2.13.0
+LIGHTNING_VERSION ?= 2.6.6
 
 # tf-keras of the installed tensorflow-cpu's release, without its `tensorflow` requirement (a
 # second TensorFlow): the multi-worker trainer and its tests run on it (see pyproject.toml).
@@ -32,7 +34,7 @@ $(VENV)/.deps: pyproject.toml
 	$(PIP) install --upgrade pip "setuptools>=69" wheel
 	$(PIP) install -e '.[test]' --config-settings editable_mode=strict
 	$(PIP) install --no-deps "tf-keras==$$($(PY) -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')"
-	$(PIP) install "torch==$(TORCH_VERSION)"
+	$(PIP) install "torch==$(TORCH_VERSION)" "lightning==$(LIGHTNING_VERSION)"
 	touch $@
 
 # The strict editable install links each source file, so it is refreshed to pick up new modules.

@@ -3,7 +3,8 @@
 Inside a real PyTorch loop on CPU (a Dense 32-64-1 model, batch 64, SGD), each
 ``monitor.step(examples, loss)`` call is timed with ``perf_counter_ns`` around it and the
 timer's own cost subtracted (target <= 20 us, as the Keras callback's hooks); the pusher thread
-pushes every 0.5 s to a loopback sink meanwhile. Measured with the loss as a tensor (kept and
+pushes every 0.5 s to a loopback sink meanwhile; an empty method called the same way gives the
+floor any call there pays. Measured with the loss as a tensor (kept and
 read on the pusher thread) and with no loss, in a plain loop and in a one-rank gloo
 DistributedDataParallel loop whose all-reduces the monitor times (its comm hook runs inside
 ``backward()``, so the loop with and without ``attach`` is compared too, alternating, in one
@@ -57,6 +58,14 @@ def summary(costs_us: list[float]) -> dict[str, float]:
     }
 
 
+class EmptyMonitor:
+    """A monitor whose ``step`` does nothing: Python's cost of calling any method right after a
+    training step, when torch has left the CPU caches cold (the floor under ``step``)."""
+
+    def step(self, examples: int, loss: object = None) -> None:
+        pass
+
+
 def timed_loop(net: Any, monitor: Any, steps: int, with_loss: bool) -> tuple[list[float], float]:
     """Per-step cost of ``monitor.step`` in us (timer cost subtracted), and the loop's seconds."""
     import torch
@@ -87,6 +96,8 @@ def plain(url: str, steps: int) -> dict[str, Any]:
         with MirrorwatchMonitor(url=url, run=f"bench-{label}", interval=0.5) as monitor:
             costs, _ = timed_loop(model(), monitor, steps, with_loss)
         results[label] = summary(costs[10:])  # the first steps warm the allocator
+    costs, _ = timed_loop(model(), EmptyMonitor(), steps, True)
+    results["empty_method_floor"] = summary(costs[10:])
     return results
 
 
@@ -157,6 +168,7 @@ def main() -> None:
         ("monitor.step, plain loop, loss tensor", loop["loss_tensor"]),
         ("monitor.step, plain loop, no loss", loop["no_loss"]),
         ("monitor.step, DDP (attached), loss tensor", distributed["step_us"]),
+        ("an empty step method (floor)", loop["empty_method_floor"]),
     ):
         print(f"{label:<44}{costs['p50']:>10}{costs['p99']:>10}{'<= 20':>10}")
     spread = distributed["loop_with_vs_without_monitor"]

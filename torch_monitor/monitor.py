@@ -129,7 +129,8 @@ class MirrorwatchMonitor:
         now = time.perf_counter()
         try:
             self._batch += 1
-            self._meter.end_step(self._batch, now, None, operator.index(examples))
+            count = examples if type(examples) is int else operator.index(examples)
+            self._meter.end_step(self._batch, now, None, count)
             if self._batch == 0:
                 self._meter.begin_step(now)  # the steps after the first are timed from here
             if loss is not None:
@@ -159,6 +160,10 @@ class MirrorwatchMonitor:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+    def warn_once(self, where: str, error: BaseException) -> None:
+        """Log ``error`` once for ``where`` on the monitor's logger (for front ends on it)."""
+        self._telemetry.warn_once(where, error)
 
     @property
     def telemetry_dropped_total(self) -> int:
