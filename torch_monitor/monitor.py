@@ -134,6 +134,9 @@ class MirrorwatchMonitor:
             if self._batch == 0:
                 self._meter.begin_step(now)  # the steps after the first are timed from here
             if loss is not None:
+                # Kept as it is (a detach would cost a new tensor each step). Replacing it frees
+                # the previous step's autograd graph here instead of where the loop itself
+                # drops its `loss`: moved, not added.
                 self._loss = loss
             self._comm.end_step()
         except Exception as error:
