@@ -78,6 +78,12 @@ class ThrottledTime(AlertSettings):
     throttled_fraction: Ratio
 
 
+class SustainedThrottling(AlertSettings):
+    """Throttled for at least ``minute_fraction`` of every minute for the whole `for`."""
+
+    minute_fraction: Ratio
+
+
 class NearSlowdown(AlertSettings):
     margin_celsius: Amount
 
@@ -137,7 +143,7 @@ class Thresholds(BaseModel):
     busy_utilization_ratio: Ratio
 
     GpuUtilizationImbalance: Imbalance
-    GpuThermalThrottling: ThrottledTime
+    GpuThermalThrottling: SustainedThrottling
     GpuTemperatureNearSlowdown: NearSlowdown
     GpuHardwareSlowdown: AlertSettings
     GpuPowerCapped: ThrottledTime

@@ -1,6 +1,6 @@
 """mirrorwatch-report: query Prometheus for one run (or host and range), write the report.
 
-    mirrorwatch-report --prometheus URL (--run RUN | --instance HOST:PORT)
+    mirrorwatch-report --prometheus URL (--run RUN | --instance HOST:PORT [--host NAME])
                        [--since 1h | --start T --end T] --out DIR
 
 Writes DIR/findings.json and DIR/report.html. Bad flags, an unreachable Prometheus, an unknown
@@ -58,6 +58,13 @@ def _instance(text: str) -> str:
     return text
 
 
+def _host(text: str) -> str:
+    # A label value quoted into PromQL: no quote or backslash can end the string.
+    if not text or any(c in text for c in '"\\\n'):
+        raise argparse.ArgumentTypeError(f"expected a host label value, got {text!r}")
+    return text
+
+
 def _since(text: str) -> float:
     if not is_prometheus_duration(text) or parse_prometheus_duration(text) <= 0:
         raise argparse.ArgumentTypeError(f"expected a duration such as 30m, 1h or 2d, got {text!r}")
@@ -77,6 +84,12 @@ def parser() -> argparse.ArgumentParser:
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--run", type=_run, help="the run id the trainer reported")
     who.add_argument("--instance", type=_instance, metavar="HOST:PORT", help="an exporter")
+    p.add_argument(
+        "--host",
+        type=_host,
+        metavar="NAME",
+        help="with --instance: the agents' host label, where hosts share an instance",
+    )
     p.add_argument("--since", type=_since, metavar="DURATION", help="range ending now (default 1h)")
     p.add_argument("--start", type=_time, metavar="T", help="range start: unix seconds or RFC 3339")
     p.add_argument("--end", type=_time, metavar="T", help="range end: unix seconds or RFC 3339")
@@ -100,13 +113,19 @@ def _range(args: argparse.Namespace) -> tuple[float, float]:
 
 
 def write_report(
-    url: str, run: str | None, instance: str | None, start: float, end: float, out: Path
+    url: str,
+    run: str | None,
+    instance: str | None,
+    start: float,
+    end: float,
+    out: Path,
+    host: str | None = None,
 ) -> Path:
     """Ask Prometheus and write DIR/findings.json and DIR/report.html; the page's path."""
     thresholds = load_thresholds()
     prometheus = Prometheus(url)
     prometheus.check()
-    scope = find_scope(prometheus, run, instance, start, end)
+    scope = find_scope(prometheus, run, instance, start, end, host)
     analysis = analyse(Ask(prometheus, scope), thresholds)
     charts = Charts(prometheus, scope, thresholds).all()
     out.mkdir(parents=True, exist_ok=True)
@@ -121,7 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser().parse_args(argv)
         start, end = _range(args)
-        page = write_report(args.prometheus, args.run, args.instance, start, end, args.out)
+        if args.host is not None and args.instance is None:
+            raise UsageError("argument --host: needs --instance")
+        page = write_report(
+            args.prometheus, args.run, args.instance, start, end, args.out, args.host
+        )
     except UsageError as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 2

@@ -63,6 +63,8 @@ def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
             now = q.throttled_now(sel, violation, clock_reasons)
         share_query = _held(ask, now)
         shares = ask.by_gpu(share_query)
+        # Over the range, like the alert's share of time; GpuThermalThrottling's fraction is
+        # of each minute (a rule for paging), so any heat the range held is a finding.
         limit = float(getattr(t.alert(alert), "throttled_fraction", 0.0))
         for gpu in s.gpus:
             share = share_of(shares.get(gpu.key))

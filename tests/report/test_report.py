@@ -369,6 +369,8 @@ def test_an_empty_range_is_one_line(reports: Reports, tmp_path: Path) -> None:
         (["--run", "r", "--start", "yesterday", "--end", "1"], "--start"),
         (["--run", "r", "--start", "100"], "--end"),
         (["--instance", "nohost"], "--instance"),
+        (["--run", "r", "--host", "gpu-b"], "--host"),
+        (["--instance", "h:1", "--host", 'gpu"b'], "--host"),
     ],
 )
 def test_a_bad_flag_is_one_line_naming_it(tmp_path: Path, args: list[str], flag: str) -> None:
