@@ -21,6 +21,12 @@ SINCE ?= 1h
 ## setup: the virtual environment with the project and its test tools, plus promtool/amtool
 setup: install tools
 
+# The torch monitor's tests (tests/torch_monitor) run on this torch, pinned: the `[torch]` extra's
+# range would let pip fetch a newer release's CUDA build (several GB); this one is a CPU build.
+# Lightning (its callback's test) installs beside it without asking for another torch.
+TORCH_VERSION ?= 2.13.0
+LIGHTNING_VERSION ?= 2.6.6
+
 # tf-keras of the installed tensorflow-cpu's release, without its `tensorflow` requirement (a
 # second TensorFlow): the multi-worker trainer and its tests run on it (see pyproject.toml).
 $(VENV)/.deps: pyproject.toml
@@ -28,6 +34,7 @@ $(VENV)/.deps: pyproject.toml
 	$(PIP) install --upgrade pip "setuptools>=69" wheel
 	$(PIP) install -e '.[test]' --config-settings editable_mode=strict
 	$(PIP) install --no-deps "tf-keras==$$($(PY) -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')"
+	$(PIP) install "torch==$(TORCH_VERSION)" "lightning==$(LIGHTNING_VERSION)"
 	touch $@
 
 # The strict editable install links each source file, so it is refreshed to pick up new modules.
@@ -67,7 +74,7 @@ lint: install
 
 typecheck: install
 	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer -p mirrorwatch.alerts \
-	  -p mirrorwatch.report -p mirrorwatch.doctor
+	  -p mirrorwatch.report -p mirrorwatch.doctor -p mirrorwatch.telemetry -p mirrorwatch.torch
 	$(VENV)/bin/mypy tests bench dashboards demo
 
 pytest: install tools
@@ -101,6 +108,7 @@ bench: install tools
 	$(PY) bench/nvml_calls.py --nvitop $(NVITOP_VENV)/bin/nvitop-exporter \
 	  --out bench/results/nvml-calls.json
 	$(PY) bench/trainer_bench.py --out bench/results/trainer.json
+	$(PY) bench/torch_bench.py --out bench/results/torch.json
 	$(PY) bench/ingest_bench.py --out bench/results/ingest.json
 	$(PY) bench/limits_bench.py --out bench/results/limits.json
 	$(PY) bench/soak_bench.py --out bench/results/soak.json

@@ -345,6 +345,15 @@ def step_time_quantile(s: Select, quantile: float, window: str) -> str:
     return f"histogram_quantile({quantile}, sum by (run, le) ({buckets}))"
 
 
+def communication_share(s: Select, window: str) -> str:
+    """Share of each worker's step time its gradient all-reduces were in flight, 0..1, where
+    the worker measures them (the torch monitor on a DDP model: a series only where there is
+    one, so a run without it gets no value rather than a 0)."""
+    allreduce = rate(s("mirrorwatch_training_allreduce_seconds_sum"), window)
+    steps = rate(s("mirrorwatch_training_step_duration_seconds_sum"), window)
+    return f"clamp_max(sum by ({WORKER_KEY}) ({allreduce}) / sum by ({WORKER_KEY}) ({steps}), 1)"
+
+
 def seconds_since_last_push(s: Select) -> str:
     last_push = s("mirrorwatch_training_last_push_timestamp_seconds")
     return f"time() - max by (run, worker) ({last_push})"

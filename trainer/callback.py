@@ -1,7 +1,7 @@
 """The Keras callback that reports a training run's own view to the mirrorwatch exporter.
 
-Only the hooks live here: they count (meter.py) and say what the job is. The snapshot each push
-carries is built off the training thread (snapshot.py) and sent by the pusher (pusher.py).
+Only the hooks live here: they count and say what the job is. The meter, the snapshot built off
+the training thread and the pusher are mirrorwatch.telemetry's, shared with the torch monitor.
 """
 
 from __future__ import annotations
@@ -9,23 +9,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
-import uuid
 from typing import Any
 
-from mirrorwatch.exporter.vocabulary import MAX_WORKER, RUN_RULE, is_run_id
+from mirrorwatch.telemetry.client import FINAL_PUSH_DEADLINE_SECONDS, Telemetry, settings
+from mirrorwatch.telemetry.meter import finite_loss
 from mirrorwatch.trainer import tf_devices
 from mirrorwatch.trainer.keras_api import keras
-from mirrorwatch.trainer.meter import StepMeter, finite_loss
-from mirrorwatch.trainer.pusher import Endpoint, Pusher
-from mirrorwatch.trainer.snapshot import SnapshotBuilder
 
 log = logging.getLogger("mirrorwatch.trainer")
 
-DEFAULT_URL = "http://127.0.0.1:9848"
-# All the end of training may wait for the last snapshot: connect, send and answer together.
-FINAL_PUSH_DEADLINE_SECONDS = 1.0
+__all__ = ["FINAL_PUSH_DEADLINE_SECONDS", "MirrorwatchCallback", "worker_from_tf_config"]
 
 
 def worker_from_tf_config(tf_config: str | None) -> int:
@@ -56,7 +50,7 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
     (``async_safe = True``): where Keras dispatches batch-end callbacks to worker threads, it
     goes on doing so with this callback in the list instead of falling back to a synchronous
     log conversion every step, and the counts stay exact (see
-    :class:`~mirrorwatch.trainer.meter.StepMeter`). A daemon thread PUTs the run's
+    :class:`~mirrorwatch.telemetry.meter.StepMeter`). A daemon thread PUTs the run's
     full cumulative state to the exporter every ``interval`` seconds, with a short timeout and
     backoff when the exporter is away; at the end of training it sends a last snapshot marked
     inactive, waiting at most one second in all. Telemetry never raises into training: trouble is
@@ -119,33 +113,17 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         worker: int | None = None,
     ) -> None:
         super().__init__()
-        self.url = url or os.environ.get("MIRRORWATCH_URL") or DEFAULT_URL
-        self.run = run or os.environ.get("MIRRORWATCH_RUN") or f"run-{uuid.uuid4().hex[:12]}"
         if worker is None:
             worker = worker_from_tf_config(os.environ.get("TF_CONFIG"))
-        self.worker = int(worker)
-        if not is_run_id(self.run):
-            raise ValueError(f"run must be {RUN_RULE}, got {self.run!r}")
-        if not 0 <= self.worker <= MAX_WORKER:
-            raise ValueError(f"worker must be 0..{MAX_WORKER}, got {self.worker}")
-        if global_batch_size is not None and global_batch_size < 1:
-            raise ValueError(f"global_batch_size must be positive, got {global_batch_size}")
-        if not interval > 0:
-            raise ValueError(f"interval must be positive seconds, got {interval}")
-        self.interval = float(interval)
-        self.global_batch_size = global_batch_size
-        self.session = uuid.uuid4().hex
-        token = token or os.environ.get("MIRRORWATCH_INGEST_TOKEN") or None
-        self._endpoint = Endpoint.parse(self.url, self.run, self.worker, token)
-        self._meter = StepMeter()
-        self._snapshots = SnapshotBuilder(self._meter, self.session, global_batch_size)
-        self._pusher = Pusher(
-            self._endpoint, self._snapshots.body, self.interval, self._snapshots.find_gpus
-        )
+        config = settings(url, run, token, global_batch_size, interval, int(worker))
+        self.url, self.run, self.worker = config.url, config.run, config.worker
+        self.interval, self.global_batch_size = config.interval, config.global_batch_size
+        self._telemetry = Telemetry(config, tf_devices, log)
+        self.session = self._telemetry.session
+        self._meter = self._telemetry.meter
+        self._snapshots = self._telemetry.snapshots
+        self._pusher = self._telemetry.pusher
         self._loss_replicas = 1  # replicas whose losses the framework adds up in batch logs
-        self._warned: set[str] = set()
-        self._warned_lock = threading.Lock()  # batch-end hooks may run on Keras's workers
-        self._pusher_lock = threading.Lock()
 
     # -- what users read ------------------------------------------------------------------
 
@@ -182,8 +160,7 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
                 batch_size=(self.params or {}).get("batch_size"),
                 replicas_in_sync=tf_devices.replicas_in_sync(strategy),
             )
-            with self._pusher_lock:
-                self._pusher.start()
+            self._telemetry.start()
         except Exception as error:
             self._warn_once("on_train_begin", error)
 
@@ -220,20 +197,9 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         try:
-            with self._pusher_lock:
-                finished = self._pusher.stop(FINAL_PUSH_DEADLINE_SECONDS)
-            if not finished:
-                log.warning(
-                    "mirrorwatch: the final snapshot did not reach %s within %g s",
-                    self.url,
-                    FINAL_PUSH_DEADLINE_SECONDS,
-                )
+            self._telemetry.stop()
         except Exception as error:
             self._warn_once("on_train_end", error)
 
     def _warn_once(self, hook: str, error: BaseException) -> None:
-        with self._warned_lock:
-            if hook in self._warned:
-                return
-            self._warned.add(hook)
-        log.warning("mirrorwatch: telemetry error in %s, training goes on: %r", hook, error)
+        self._telemetry.warn_once(hook, error)

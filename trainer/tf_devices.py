@@ -1,4 +1,5 @@
-"""What TensorFlow and NVML say about the replicas' devices; the only place that asks them.
+"""What TensorFlow says about the replicas' devices (the callback's device probe); the only
+place that asks it. NVML is asked by mirrorwatch.telemetry.nvml.
 
 TensorFlow is imported lazily and typed as ``Any`` here, so the rest of the package stays
 strictly typed. Every function answers "don't know" (an empty result, None) instead of raising.
@@ -6,12 +7,23 @@ strictly typed. Every function answers "don't know" (an empty result, None) inst
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Sequence
 from typing import Any
 
-from mirrorwatch.exporter.vocabulary import nvml_bus_id
+from mirrorwatch.telemetry import devices
+from mirrorwatch.telemetry.nvml import nvml_uuids
+
+__all__ = [
+    "batch_log_replicas",
+    "gpu_bus_ids",
+    "gpu_descriptions",
+    "gpu_uuids",
+    "memory_bytes",
+    "nvml_uuids",
+    "replica_devices",
+    "replicas_in_sync",
+    "strategy_name",
+]
 
 log = logging.getLogger("mirrorwatch.trainer")
 
@@ -103,44 +115,23 @@ def gpu_descriptions() -> tuple[list[tuple[str, str]], list[int]]:
     ], per_physical
 
 
-def nvml_uuids(bus_ids: Sequence[str]) -> dict[str, str]:
-    """``{bus id: NVML UUID}`` for the bus ids NVML knows; empty without pynvml or NVML.
-
-    Asks ``nvmlDeviceGetHandleByPciBusId``: a bus id names the same GPU whatever order CUDA or
-    ``CUDA_VISIBLE_DEVICES`` gave it. NVML is started and shut down once, here.
-    """
-    if not bus_ids:
-        return {}
-    try:
-        import pynvml
-    except ImportError:
-        return {}
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as error:
-        log.info("mirrorwatch: NVML unavailable (%s); sending PCI bus ids only", error)
-        return {}
-    found: dict[str, str] = {}
-    try:
-        for bus_id in dict.fromkeys(bus_ids):
-            try:
-                handle = pynvml.nvmlDeviceGetHandleByPciBusId(nvml_bus_id(bus_id))
-                uuid = pynvml.nvmlDeviceGetUUID(handle)
-            except (ValueError, pynvml.NVMLError):  # ValueError: not a bus id at all
-                continue
-            found[bus_id] = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-    finally:
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlShutdown()
-    return found
+def gpu_bus_ids() -> dict[int, str]:
+    """Logical GPU index -> PCI bus id, from TensorFlow's device descriptions (the probe's)."""
+    descriptions, per_physical = gpu_descriptions()
+    return devices.gpu_bus_ids(descriptions, per_physical)
 
 
-def memory_bytes(device: str) -> tuple[float, float] | None:
-    """``(current, peak)`` bytes TensorFlow has allocated on GPU ``device``, or None."""
+def gpu_uuids() -> dict[int, str]:
+    """TensorFlow names no GPU's UUID: NVML is asked by bus id instead."""
+    return {}
+
+
+def memory_bytes(gpu: int) -> tuple[float, float] | None:
+    """``(current, peak)`` bytes TensorFlow has allocated on logical GPU ``gpu``, or None."""
     import tensorflow as tf
 
     try:
-        info = tf.config.experimental.get_memory_info(device)
+        info = tf.config.experimental.get_memory_info(f"GPU:{gpu}")
     except (RuntimeError, ValueError, TypeError):
         return None
     return float(info["current"]), float(info["peak"])

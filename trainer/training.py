@@ -10,9 +10,9 @@ from typing import Any
 
 import tensorflow as tf
 
+from mirrorwatch.telemetry.meter import StepMeter
 from mirrorwatch.trainer.callback import MirrorwatchCallback
 from mirrorwatch.trainer.keras_api import keras
-from mirrorwatch.trainer.meter import StepMeter
 from mirrorwatch.trainer.models import Job, build_model, dataset
 
 

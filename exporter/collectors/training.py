@@ -18,7 +18,7 @@ from mirrorwatch.exporter.exposition import label_set, sample_line
 from mirrorwatch.exporter.ingest.errors import RejectionCounter
 from mirrorwatch.exporter.ingest.owners import ProcessOwners, Worker
 from mirrorwatch.exporter.ingest.replicas import GpuDirectory
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS, TrainingSnapshot
+from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS, StepDurations
 from mirrorwatch.exporter.ingest.store import RunStore, WorkerEntry, WorkerView
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,11 @@ class _Families:
         self.step_duration = HistogramMetricFamily(
             "mirrorwatch_training_step_duration_seconds",
             "Wall time of each training step, in seconds.",
+            labels=WORKER,
+        )
+        self.allreduce = HistogramMetricFamily(
+            "mirrorwatch_training_allreduce_seconds",
+            "Time each training step's gradient all-reduces were in flight, in seconds.",
             labels=WORKER,
         )
         self.examples_per_second = gauge(
@@ -96,7 +101,9 @@ class _Families:
         self.steps.add_metric(labels, snapshot.steps_total)
         if snapshot.examples_total is not None:
             self.examples.add_metric(labels, snapshot.examples_total)
-        self._add_histogram(labels, snapshot)
+        _add_histogram(self.step_duration, labels, snapshot.step_duration_seconds)
+        if snapshot.allreduce_seconds is not None:
+            _add_histogram(self.allreduce, labels, snapshot.allreduce_seconds)
         if snapshot.examples_per_second is not None:
             self.examples_per_second.add_metric(labels, snapshot.examples_per_second)
         self.epoch.add_metric(labels, snapshot.epoch)
@@ -115,14 +122,6 @@ class _Families:
             self.efficiency.add_metric(labels, snapshot.scaling.efficiency_ratio)
         self.dropped.add_metric(labels, snapshot.telemetry_dropped_total)
         self.last_push.add_metric(labels, entry.received_wall)
-
-    def _add_histogram(self, labels: list[str], snapshot: TrainingSnapshot) -> None:
-        durations = snapshot.step_duration_seconds
-        buckets: list[tuple[str, float]] = list(
-            zip(BUCKET_BOUNDS, map(float, durations.bucket_counts), strict=True)
-        )
-        buckets.append(("+Inf", float(durations.count)))
-        self.step_duration.add_metric(labels, buckets, durations.sum_seconds)
 
     def __iter__(self) -> Iterator[Metric]:
         for family in vars(self).values():
@@ -170,6 +169,16 @@ class _WorkerSamples:
                 samples.append(sample_line(name, {**self.labels, **replica}, 1))
         self._replica_info = (gpus.key, samples)  # one assignment, as in _worker_samples
         return samples
+
+
+def _add_histogram(
+    family: HistogramMetricFamily, labels: list[str], durations: StepDurations
+) -> None:
+    buckets: list[tuple[str, float]] = list(
+        zip(BUCKET_BOUNDS, map(float, durations.bucket_counts), strict=True)
+    )
+    buckets.append(("+Inf", float(durations.count)))
+    family.add_metric(labels, buckets, durations.sum_seconds)
 
 
 class TrainingMetrics:

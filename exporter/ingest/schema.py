@@ -1,7 +1,8 @@
 """The training telemetry snapshot, schema 1: one worker's full cumulative state, as JSON.
 
 A push carries running totals since that worker's session started, so a lost or repeated push
-loses nothing and double counts nothing. The Keras callback builds it; the ingest API checks it.
+loses nothing and double counts nothing. The Keras callback and the torch monitor build it (one
+snapshot builder, mirrorwatch.telemetry); the ingest API checks it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class _Strict(BaseModel):
 
 
 class StepDurations(_Strict):
-    """Cumulative histogram of per-step wall time since the worker's session started."""
+    """Cumulative histogram of per-step seconds since the worker's session started: each step's
+    wall time (``step_duration_seconds``) or its time in all-reduce (``allreduce_seconds``)."""
 
     bucket_counts: list[Count] = Field(
         min_length=len(STEP_DURATION_BUCKETS),
@@ -106,6 +108,12 @@ class TrainingSnapshot(_Strict):
     steps_total: Count
     examples_total: Count | None = None
     step_duration_seconds: StepDurations
+    # Optional, so schema 1 stays what it was for clients that cannot see their all-reduces.
+    allreduce_seconds: StepDurations | None = Field(
+        default=None,
+        description="per step, the time its gradient all-reduces were in flight (the union of"
+        " their intervals); only steps that all-reduced",
+    )
     examples_per_second: Amount | None = None
     epoch: Annotated[int, Field(ge=0, le=2**31)] = 0
     loss: Annotated[float | None, Field(ge=-1e30, le=1e30)] = None

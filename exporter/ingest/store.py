@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from mirrorwatch.exporter.ingest.schema import TrainingSnapshot
+from mirrorwatch.exporter.ingest.schema import StepDurations, TrainingSnapshot
 from mirrorwatch.exporter.settings import Settings, flag
 
 # Earlier session ids remembered per worker, so a late retry from before a restart is refused
@@ -299,10 +299,19 @@ def _counters(
     yield "steps_total", old.steps_total, new.steps_total
     yield "examples_total", old.examples_total, new.examples_total
     yield "telemetry_dropped_total", old.telemetry_dropped_total, new.telemetry_dropped_total
-    before, after = old.step_duration_seconds, new.step_duration_seconds
-    yield "step_duration_seconds.count", before.count, after.count
-    yield "step_duration_seconds.sum_seconds", before.sum_seconds, after.sum_seconds
+    yield from _histogram(
+        "step_duration_seconds", old.step_duration_seconds, new.step_duration_seconds
+    )
+    if old.allreduce_seconds is not None and new.allreduce_seconds is not None:
+        yield from _histogram("allreduce_seconds", old.allreduce_seconds, new.allreduce_seconds)
+
+
+def _histogram(
+    name: str, before: StepDurations, after: StepDurations
+) -> Iterator[tuple[str, float | None, float | None]]:
+    yield f"{name}.count", before.count, after.count
+    yield f"{name}.sum_seconds", before.sum_seconds, after.sum_seconds
     for index, (low, high) in enumerate(
         zip(before.bucket_counts, after.bucket_counts, strict=True)
     ):
-        yield f"step_duration_seconds.bucket_counts[{index}]", low, high
+        yield f"{name}.bucket_counts[{index}]", low, high

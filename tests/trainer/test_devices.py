@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mirrorwatch.trainer.devices import (
+from mirrorwatch.telemetry.devices import (
     ReplicaDevice,
     bus_id_from_description,
     bus_ids_from_env,

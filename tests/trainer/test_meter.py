@@ -10,7 +10,7 @@ import threading
 import time
 
 from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS
-from mirrorwatch.trainer.meter import StepMeter, finite_loss
+from mirrorwatch.telemetry.meter import StepMeter, finite_loss
 
 
 def run_epoch(meter: StepMeter, epoch: int, ends: list[int], start: float, step: float) -> float:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from mirrorwatch.exporter.ingest.schema import StepDurations, TrainingSnapshot
-from mirrorwatch.trainer.pusher import Endpoint, Outcome, Pusher, put
+from mirrorwatch.telemetry.pusher import Endpoint, Outcome, Pusher, put
 from tests.trainer.recorder import recording_exporter, silent_exporter, unused_url
 
 

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import pytest
 
 from mirrorwatch.exporter.ingest.schema import TrainingSnapshot
-from mirrorwatch.trainer.meter import StepMeter
-from mirrorwatch.trainer.snapshot import (
+from mirrorwatch.telemetry.meter import StepMeter
+from mirrorwatch.telemetry.snapshot import (
     MEMORY_SAMPLE_SECONDS,
     THROUGHPUT_WINDOW_SECONDS,
     SnapshotBuilder,
@@ -24,23 +24,24 @@ UUID0 = "GPU-00000000-aaaa-0000-0000-000000000000"
 
 
 class FakeProbe:
-    """Two GPUs TensorFlow lists with their bus ids; NVML knows the first; memory per GPU."""
+    """Two GPUs the framework lists with their bus ids; NVML knows the first; memory per GPU."""
 
-    def __init__(self) -> None:
-        self.memory_asked: list[str] = []
+    def __init__(self, framework_uuids: dict[int, str] | None = None) -> None:
+        self.memory_asked: list[int] = []
+        self.framework_uuids = framework_uuids or {}
 
-    def gpu_descriptions(self) -> tuple[list[tuple[str, str]], list[int]]:
-        return [
-            ("/device:GPU:0", "device: 0, name: Fake, pci bus id: 0000:1b:00.0"),
-            ("/device:GPU:1", "device: 1, name: Fake, pci bus id: 0000:3b:00.0"),
-        ], [1, 1]
+    def gpu_bus_ids(self) -> dict[int, str]:
+        return {0: "0000:1b:00.0", 1: "0000:3b:00.0"}
+
+    def gpu_uuids(self) -> dict[int, str]:
+        return self.framework_uuids
 
     def nvml_uuids(self, bus_ids: Sequence[str]) -> dict[str, str]:
         return {"0000:1b:00.0": UUID0} if "0000:1b:00.0" in bus_ids else {}
 
-    def memory_bytes(self, device: str) -> tuple[float, float] | None:
-        self.memory_asked.append(device)
-        return (1e9, 2e9) if device == "GPU:0" else None
+    def memory_bytes(self, gpu: int) -> tuple[float, float] | None:
+        self.memory_asked.append(gpu)
+        return (1e9, 2e9) if gpu == 0 else None
 
 
 class Clock:
@@ -114,6 +115,23 @@ def test_replicas_map_to_bus_ids_and_uuids_through_the_probe(
     ]
 
 
+def test_a_uuid_the_framework_reports_serves_where_nvml_knows_none_after_the_job_changed(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    uuid1 = "GPU-11111111-bbbb-0000-0000-000000000000"
+    meter, probe = StepMeter(), FakeProbe({0: "GPU-ignored-0000-0000", 1: uuid1})
+    snapshots = SnapshotBuilder(meter, "session-1", 32, probe=probe)
+    snapshots.describe_job("m", "DataParallel", ["cpu"], batch_size=None)
+    snapshots.find_gpus()  # the pusher's first act
+    snapshots.describe_job("m", "DataParallel", ["cuda:0", "cuda:1"], batch_size=None)
+    replicas = snapshots.build(True, 1, 0).replica_devices  # the job changed: found again
+    # NVML's answer for GPU 0's bus id wins; GPU 1, unknown to NVML, takes torch's UUID.
+    assert [(r.pci_bus_id, r.uuid) for r in replicas] == [
+        ("0000:1b:00.0", UUID0),
+        ("0000:3b:00.0", uuid1),
+    ]
+
+
 def test_bus_ids_from_the_environment_win_for_cpu_replicas(
     clean_env: pytest.MonkeyPatch,
 ) -> None:
@@ -134,10 +152,10 @@ def test_gpu_memory_is_sampled_at_most_every_few_seconds(clean_env: pytest.Monke
     assert (first[0].memory_current_bytes, first[0].memory_peak_bytes) == (1e9, 2e9)
     assert first[1].memory_current_bytes is None  # the probe does not know: absent
     snapshots.build(True, 2, 0)
-    assert probe.memory_asked == ["GPU:0", "GPU:1"]
+    assert probe.memory_asked == [0, 1]
     clock.now += MEMORY_SAMPLE_SECONDS
     snapshots.build(True, 3, 0)
-    assert probe.memory_asked == ["GPU:0", "GPU:1"] * 2
+    assert probe.memory_asked == [0, 1] * 2
 
 
 def test_throughput_is_over_the_recent_window(clean_env: pytest.MonkeyPatch) -> None:
@@ -197,10 +215,11 @@ def test_names_become_the_schemas_short_text() -> None:
 def test_building_snapshots_imports_neither_keras_nor_tensorflow() -> None:
     program = (
         "import sys\n"
-        "from mirrorwatch.trainer.meter import StepMeter\n"
-        "from mirrorwatch.trainer.snapshot import SnapshotBuilder\n"
+        "from mirrorwatch.telemetry.meter import StepMeter\n"
+        "from mirrorwatch.telemetry.snapshot import SnapshotBuilder\n"
         "meter = StepMeter()\n"
-        "builder = SnapshotBuilder(meter, 's', 8)\n"
+        "from mirrorwatch.trainer import tf_devices\n"
+        "builder = SnapshotBuilder(meter, 's', 8, tf_devices)\n"
         "builder.describe_job('m', 'MirroredStrategy', ['/device:CPU:0'], None)\n"
         "meter.begin_step(0.0, 0); meter.end_step(0, 0.1, 1.0)\n"
         "assert b'\"steps_total\":1' in builder.body(True, 1, 0)\n"

@@ -7,8 +7,8 @@ import json
 import os
 
 from mirrorwatch.exporter.procfs import pid_namespace
-from mirrorwatch.trainer.meter import StepMeter
-from mirrorwatch.trainer.snapshot import SnapshotBuilder
+from mirrorwatch.telemetry.meter import StepMeter
+from mirrorwatch.telemetry.snapshot import SnapshotBuilder
 from tests.trainer.test_snapshot import FakeProbe
 
 

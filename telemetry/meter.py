@@ -1,8 +1,10 @@
-"""Step counting and timing for the Keras callback: O(1) per step, read by the pusher thread.
+"""Step counting and timing for both front ends: O(1) per step, read by the pusher thread.
 
-Keras calls the begin hooks on the training thread, in order. The batch-end hooks run there too
-unless Keras dispatches them to its callback executor (Keras 3's async dispatch, on backends it
-marks thread-safe), where several workers may run them concurrently and out of order.
+The torch monitor calls it from ``step()``, in order, on the training thread. The Keras callback
+calls it from its hooks: Keras calls the begin hooks on the training thread, in order. The
+batch-end hooks run there too unless Keras dispatches them to its callback executor (Keras 3's
+async dispatch, on backends it marks thread-safe), where several workers may run them
+concurrently and out of order.
 :class:`StepMeter` is correct either way: every method takes one short lock, and nothing here
 blocks otherwise. The pusher thread takes a consistent copy with :meth:`StepMeter.read`.
 """
@@ -30,6 +32,21 @@ class MeterReading:
     # step, and no evaluation or epoch-boundary time.
     measured_steps: int
     measured_seconds: float
+    # Examples, where the caller counts them per step (the torch monitor); None where it does
+    # not (the callback: the snapshot derives them from the steps and the global batch).
+    examples_total: int | None = None
+    measured_examples: int | None = None
+
+
+def cumulative(counts: list[int]) -> tuple[tuple[int, ...], int]:
+    """Per-bucket counts (the last one: over the highest bound) as Prometheus's cumulative
+    bucket counts, and the count of everything."""
+    running = 0
+    buckets = []
+    for count in counts[:-1]:
+        running += count
+        buckets.append(running)
+    return tuple(buckets), running + counts[-1]
 
 
 class StepMeter:
@@ -71,6 +88,8 @@ class StepMeter:
         self._duration_sum = 0.0
         self._measured_steps = 0
         self._measured_seconds = 0.0
+        self._examples_total: int | None = None
+        self._measured_examples = 0
         self._seen_first_step = False
         # This epoch: the highest end index counted, the last begin index (-1: none given).
         self._max_batch = -1
@@ -113,8 +132,11 @@ class StepMeter:
                 self._segment_first = self._max_batch + 1 if batch is None else batch
                 self._segment_reference = now
 
-    def end_step(self, batch: int, now: float, loss: float | None) -> None:
-        """The execution that ended at 0-based batch index ``batch`` of this epoch is done."""
+    def end_step(
+        self, batch: int, now: float, loss: float | None, examples: int | None = None
+    ) -> None:
+        """The execution that ended at 0-based batch index ``batch`` of this epoch is done;
+        ``examples``: how many it trained on, where the caller counts them."""
         with self._lock:
             previous = self._max_batch
             if batch <= previous:
@@ -126,6 +148,8 @@ class StepMeter:
                     self._segment_first = 0
             self._max_batch = batch
             self._steps_total += batch - previous
+            if examples is not None:
+                self._examples_total = (self._examples_total or 0) + examples
             if loss is not None:
                 self._loss = loss
             first = self._segment_first
@@ -139,6 +163,8 @@ class StepMeter:
             if self._seen_first_step:
                 self._measured_steps += steps
                 self._measured_seconds += elapsed
+                if examples is not None:
+                    self._measured_examples += examples
             else:
                 self._seen_first_step = True
 
@@ -148,20 +174,19 @@ class StepMeter:
             steps_total, epoch, loss = self._steps_total, self._epoch, self._loss
             duration_sum = self._duration_sum
             measured_steps, measured_seconds = self._measured_steps, self._measured_seconds
-        cumulative = []
-        running = 0
-        for count in counts[:-1]:
-            running += count
-            cumulative.append(running)
+            examples_total, measured_examples = self._examples_total, self._measured_examples
+        buckets, count = cumulative(counts)
         return MeterReading(
             steps_total=steps_total,
             epoch=epoch,
             loss=loss,
-            bucket_counts=tuple(cumulative),
-            duration_count=running + counts[-1],
+            bucket_counts=buckets,
+            duration_count=count,
             duration_sum_seconds=duration_sum,
             measured_steps=measured_steps,
             measured_seconds=measured_seconds,
+            examples_total=examples_total,
+            measured_examples=None if examples_total is None else measured_examples,
         )
 
 

@@ -1,6 +1,7 @@
-"""Which physical GPU each replica runs on: PCI bus ids parsed from TensorFlow, matched to NVML.
+"""Which physical GPU each replica runs on: PCI bus ids from the framework, matched to NVML.
 
-Pure functions, no TensorFlow and no NVML: the caller passes what those reported. The match is
+Pure functions, no framework and no NVML: the caller passes what those reported (TensorFlow's
+device descriptions are parsed here; torch reports bus ids as numbers). The match is
 by PCI bus id, never by index, because CUDA numbers GPUs fastest-first and
 ``CUDA_VISIBLE_DEVICES`` renumbers them, while NVML numbers them in PCI order.
 """
@@ -16,6 +17,8 @@ from mirrorwatch.exporter.vocabulary import canonical_bus_id
 # "device: 0, name: NVIDIA A100-SXM4-80GB, pci bus id: 0000:1b:00.0, compute capability: 8.0"
 _BUS_ID_IN_DESCRIPTION = re.compile(r"pci bus id:\s*([0-9a-fA-F:.]+)")
 _DEVICE = re.compile(r"device:([A-Za-z_]+):(\d+)$")
+# torch's spelling: "cuda:1", "cuda" (the current device, index unknown here), "cpu".
+_TORCH_DEVICE = re.compile(r"^(cuda|cpu)(?::(\d+))?$")
 
 # Replica order bus ids for CPU replicas standing in for GPUs (demos, tests against a
 # simulated exporter): "0000:1b:00.0,0000:3b:00.0".
@@ -48,11 +51,15 @@ def bus_id_from_description(description: str) -> str | None:
 
 
 def device_kind_and_index(device: str) -> tuple[str, int] | None:
-    """``("GPU", 1)`` for ``/job:localhost/replica:0/task:0/device:GPU:1`` or ``/device:GPU:1``."""
+    """``("GPU", 1)`` for TensorFlow's ``/job:localhost/replica:0/task:0/device:GPU:1`` or
+    ``/device:GPU:1`` and for torch's ``cuda:1``; ``("CPU", 0)`` for torch's ``cpu``."""
     match = _DEVICE.search(device)
-    if match is None:
+    if match is not None:
+        return match.group(1).upper(), int(match.group(2))
+    match = _TORCH_DEVICE.match(device)
+    if match is None or (match.group(1) == "cuda" and match.group(2) is None):
         return None
-    return match.group(1).upper(), int(match.group(2))
+    return ("GPU" if match.group(1) == "cuda" else "CPU"), int(match.group(2) or 0)
 
 
 def gpu_bus_ids(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import urlsplit
 
+# The Keras callback's logger; the torch monitor passes its own.
 log = logging.getLogger("mirrorwatch.trainer")
 
 MAX_BACKOFF_SECONDS = 60.0
@@ -111,7 +112,9 @@ class Pusher:
         interval: float,
         prepare: Callable[[], None] | None = None,
         push_timeout: float | None = None,
+        log: logging.Logger = log,
     ) -> None:
+        self._log = log
         self._endpoint = endpoint
         self._build_body = build_body
         self._interval = interval
@@ -194,4 +197,4 @@ class Pusher:
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:
             self._warned.add(kind)
-            log.warning(message)
+            self._log.warning(message)

@@ -1,13 +1,16 @@
 """One worker's training snapshot (schema 1), built on the pusher thread from what was counted.
 
-The callback's hooks only count (meter.py) and say what the job is; everything else a push
-carries is found and computed here, off the training thread: each replica's GPU and memory,
-throughput over a recent window, the scaling result. Neither Keras nor TensorFlow is imported
-here: the devices are asked through a probe, TensorFlow's (tf_devices) unless told otherwise.
+The front ends (the Keras callback, the torch monitor) only count (meter.py, comm.py) and say
+what the job is; everything else a push carries is found and computed here, off the training
+thread: each replica's GPU and memory, throughput over a recent window, the scaling result.
+No framework is imported here: the devices are asked through the front end's probe
+(mirrorwatch.trainer.tf_devices, mirrorwatch.torch.devices).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import re
 import threading
@@ -19,8 +22,11 @@ from typing import Protocol
 
 from mirrorwatch.exporter.ingest.schema import Replica, Scaling, StepDurations, TrainingSnapshot
 from mirrorwatch.exporter.procfs import pid_namespace
-from mirrorwatch.trainer import devices, tf_devices
-from mirrorwatch.trainer.meter import StepMeter
+from mirrorwatch.telemetry import devices
+from mirrorwatch.telemetry.comm import CommMeter
+from mirrorwatch.telemetry.meter import MeterReading, StepMeter
+
+log = logging.getLogger("mirrorwatch.telemetry")
 
 MEMORY_SAMPLE_SECONDS = 5.0
 THROUGHPUT_WINDOW_SECONDS = 30.0
@@ -28,13 +34,24 @@ _UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
 
 
 class DeviceProbe(Protocol):
-    """What TensorFlow and NVML say about the devices (the tf_devices module is one)."""
+    """What the framework and NVML say about the GPUs, by the framework's logical GPU index
+    (the ``k`` of TensorFlow's ``GPU:k``, torch's ``cuda:k``). Every answer may be empty."""
 
-    def gpu_descriptions(self) -> tuple[list[tuple[str, str]], list[int]]: ...
+    def gpu_bus_ids(self) -> dict[int, str]:
+        """Logical GPU index -> canonical PCI bus id."""
+        ...
 
-    def nvml_uuids(self, bus_ids: Sequence[str]) -> dict[str, str]: ...
+    def gpu_uuids(self) -> dict[int, str]:
+        """Logical GPU index -> NVML-style UUID, where the framework reports one itself."""
+        ...
 
-    def memory_bytes(self, device: str) -> tuple[float, float] | None: ...
+    def nvml_uuids(self, bus_ids: Sequence[str]) -> dict[str, str]:
+        """Bus id -> UUID, from NVML."""
+        ...
+
+    def memory_bytes(self, gpu: int) -> tuple[float, float] | None:
+        """``(current, peak)`` bytes the framework's allocator holds on logical GPU ``gpu``."""
+        ...
 
 
 def short_text(value: object) -> str | None:
@@ -90,20 +107,27 @@ class SnapshotBuilder:
         self,
         meter: StepMeter,
         session: str,
-        global_batch_size: int | None = None,
-        probe: DeviceProbe = tf_devices,
+        global_batch_size: int | None,
+        probe: DeviceProbe,
         clock: Callable[[], float] = time.monotonic,
+        loss: Callable[[], float | None] | None = None,
+        comm: CommMeter | None = None,
     ) -> None:
         self.session = session
         self._meter = meter
         self._probe = probe
         self._clock = clock
+        # Where the loss is read, on this thread, when the meter is not told it (torch: a
+        # tensor, read here so that the training thread never waits for the device).
+        self._loss = loss
+        self._comm = comm
+        self._found_for: tuple[str, ...] | None = None  # the devices find_gpus mapped
         self._job = Job(global_batch_size=global_batch_size)
         self._job_lock = threading.Lock()
         self._replicas: list[devices.ReplicaDevice] = []
         self._memory: dict[int, tuple[float, float]] = {}
         self._memory_sampled = float("-inf")
-        self._throughput_samples: deque[tuple[float, int, float]] = deque()
+        self._throughput_samples: deque[tuple[float, float, float]] = deque()
         self._examples_per_second: float | None = None
         self._scaling_baseline: float | None = None
 
@@ -128,12 +152,16 @@ class SnapshotBuilder:
             if known is None and isinstance(batch_size, int) and batch_size > 0:
                 known = batch_size
             self._job = Job(
-                short_text(model),
-                short_text(strategy),
+                None if model is None else short_text(model),
+                None if strategy is None else short_text(strategy),
                 tuple(replica_devices),
                 known,
                 replicas_in_sync,
             )
+
+    def attach_comm(self, comm: CommMeter) -> None:
+        """From now on the snapshots carry ``comm``'s all-reduce times (a model was attached)."""
+        self._comm = comm
 
     def set_scaling_baseline(self, examples_per_second: float) -> None:
         """Throughput of the same job on one replica: the snapshots then carry the speedup."""
@@ -142,10 +170,10 @@ class SnapshotBuilder:
     def steady_examples_per_second(self) -> float | None:
         """Examples/s over all measured steps (first step, evaluation excluded), if known."""
         reading = self._meter.read()
-        per_step = self.job.examples_per_step
-        if per_step is None or reading.measured_seconds <= 0:
+        examples = _measured_examples(self.job, reading)
+        if examples is None or reading.measured_seconds <= 0:
             return None
-        return reading.measured_steps * per_step / reading.measured_seconds
+        return examples / reading.measured_seconds
 
     def find_gpus(self) -> None:
         """Map the replicas to GPUs by PCI bus id, and to NVML UUIDs where NVML knows them.
@@ -154,22 +182,39 @@ class SnapshotBuilder:
         once, before TensorFlow's slower device listing answers.
         """
         job_devices = self.job.devices
+        self._found_for = job_devices
         overrides = devices.bus_ids_from_env(os.environ.get(devices.REPLICA_PCI_BUS_IDS_ENV))
         self._replicas = devices.match_replicas(job_devices, {}, None, overrides)
-        descriptions, per_physical = self._probe.gpu_descriptions()
-        by_index = devices.gpu_bus_ids(descriptions, per_physical)
+        by_index = self._probe.gpu_bus_ids()
         replicas = devices.match_replicas(job_devices, by_index, None, overrides)
         bus_ids = [replica.pci_bus_id for replica in replicas if replica.pci_bus_id]
         uuids = self._probe.nvml_uuids(bus_ids)
-        self._replicas = devices.match_replicas(job_devices, by_index, uuids.get, overrides)
+        replicas = devices.match_replicas(job_devices, by_index, uuids.get, overrides)
+        # NVML's answer by bus id first (it names the GPU the exporter sees); else the UUID the
+        # framework reports for the replica's own GPU, unless the bus id was overridden.
+        framework_uuids = self._probe.gpu_uuids()
+        for position, replica in enumerate(replicas):
+            kind_index = devices.device_kind_and_index(replica.device)
+            if replica.uuid is None and position >= len(overrides) and kind_index is not None:
+                found = framework_uuids.get(kind_index[1]) if kind_index[0] == "GPU" else None
+                if found is not None:
+                    replicas[position] = dataclasses.replace(replica, uuid=found)
+        self._replicas = replicas
 
     def build(self, active: bool, sequence: int, dropped: int) -> TrainingSnapshot:
         """The full cumulative snapshot of push ``sequence``, ``dropped`` pushes given up on."""
         job = self.job
+        if self._found_for is not None and job.devices != self._found_for:
+            self._refind_gpus()  # the job changed since (a model attached after the start)
         self._sample_memory()
         reading = self._meter.read()
-        self._window_throughput(job, reading.measured_steps, reading.measured_seconds)
+        self._window_throughput(job, reading)
         batch_size = job.global_batch_size
+        examples_total = reading.examples_total
+        if examples_total is None:
+            examples_total = job.examples(reading.steps_total)
+        loss = reading.loss if self._loss is None else self._loss()
+        comm = self._comm.read() if self._comm is not None else None
         return TrainingSnapshot(
             schema=1,
             session=self.session,
@@ -180,15 +225,22 @@ class SnapshotBuilder:
             replicas=job.replicas,
             global_batch_size=batch_size,
             steps_total=reading.steps_total,
-            examples_total=job.examples(reading.steps_total),
+            examples_total=examples_total,
             step_duration_seconds=StepDurations(
                 bucket_counts=list(reading.bucket_counts),
                 count=reading.duration_count,
                 sum_seconds=reading.duration_sum_seconds,
             ),
+            allreduce_seconds=None
+            if comm is None
+            else StepDurations(
+                bucket_counts=list(comm.bucket_counts),
+                count=comm.count,
+                sum_seconds=comm.sum_seconds,
+            ),
             examples_per_second=self._examples_per_second,
             epoch=reading.epoch,
-            loss=reading.loss,
+            loss=loss,
             replica_devices=[self._replica(replica) for replica in self._replicas],
             scaling=self._scaling(job),
             telemetry_dropped_total=dropped,
@@ -213,6 +265,13 @@ class SnapshotBuilder:
             memory_peak_bytes=peak,
         )
 
+    def _refind_gpus(self) -> None:
+        try:
+            self.find_gpus()
+        except Exception as error:  # the pushes go on with the replicas as they were
+            self._found_for = self.job.devices
+            log.warning("mirrorwatch: cannot map replicas: %r", error)
+
     def _sample_memory(self) -> None:
         now = self._clock()
         if now - self._memory_sampled < MEMORY_SAMPLE_SECONDS:
@@ -222,27 +281,27 @@ class SnapshotBuilder:
             kind_index = devices.device_kind_and_index(replica.device)
             if kind_index is None or kind_index[0] != "GPU":
                 continue  # TensorFlow reports zeros for CPUs: absent, not 0
-            sample = self._probe.memory_bytes(f"GPU:{kind_index[1]}")
+            sample = self._probe.memory_bytes(kind_index[1])
             if sample is not None:
                 self._memory[replica.replica] = sample
 
-    def _window_throughput(self, job: Job, measured_steps: int, measured_seconds: float) -> None:
+    def _window_throughput(self, job: Job, reading: MeterReading) -> None:
         """Examples/s over the last THROUGHPUT_WINDOW_SECONDS of pushes (since the first)."""
-        if job.global_batch_size is None:
+        examples = _measured_examples(job, reading)
+        if examples is None:
             return
+        seconds = reading.measured_seconds
         samples = self._throughput_samples
         now = self._clock()
         while samples and now - samples[0][0] > THROUGHPUT_WINDOW_SECONDS:
             samples.popleft()
         if samples:
-            _, steps_then, seconds_then = samples[0]
+            _, examples_then, seconds_then = samples[0]
         else:
-            steps_then, seconds_then = 0, 0.0
-        per_step = job.examples_per_step or 0.0
-        if measured_seconds - seconds_then > 0 and measured_steps > steps_then:
-            rate = (measured_steps - steps_then) * per_step
-            self._examples_per_second = rate / (measured_seconds - seconds_then)
-        samples.append((now, measured_steps, measured_seconds))
+            examples_then, seconds_then = 0.0, 0.0
+        if seconds - seconds_then > 0 and examples > examples_then:
+            self._examples_per_second = (examples - examples_then) / (seconds - seconds_then)
+        samples.append((now, examples, seconds))
 
     def _scaling(self, job: Job) -> Scaling | None:
         baseline = self._scaling_baseline
@@ -258,3 +317,11 @@ class SnapshotBuilder:
             baseline_examples_per_second=baseline,
             examples_per_second=throughput,
         )
+
+
+def _measured_examples(job: Job, reading: MeterReading) -> float | None:
+    """Examples of the measured steps: as counted, else from the steps and the global batch."""
+    if reading.measured_examples is not None:
+        return float(reading.measured_examples)
+    per_step = job.examples_per_step
+    return None if per_step is None else reading.measured_steps * per_step
