@@ -11,10 +11,11 @@ EXPORTER_LISTEN ?= 127.0.0.1:9848
 PROMETHEUS_LISTEN ?= 127.0.0.1:9090
 ALERTMANAGER_LISTEN ?= 127.0.0.1:9093
 RECEIVER_LISTEN ?= 127.0.0.1:9095
-# The demo's run id (demo/cli.py names it after the scenario) and where `make report` writes.
-RUN ?= demo-$(basename $(notdir $(SCENARIO)))
-REPORT_OUT ?= build/demo/report
-SINCE ?= 1h
+# `make report` takes the run, Prometheus and range from the running demo (build/demo/state.json);
+# RUN=, SINCE=, REPORT_OUT= or PROMETHEUS_LISTEN= on the command line replace them.
+RUN ?=
+REPORT_OUT ?=
+SINCE ?=
 
 .PHONY: setup tools install test lint typecheck pytest bench demo report alerts dashboards clean
 
@@ -108,11 +109,12 @@ demo: install tools
 	  --prometheus $(PROMETHEUS_LISTEN) --alertmanager $(ALERTMANAGER_LISTEN) \
 	  --receiver $(RECEIVER_LISTEN)
 
-## report: the run report of the demo's run, from the demo's Prometheus (while `make demo` runs;
-## RUN=, SINCE= and REPORT_OUT= change what and where)
+## report: the run report of the running demo's run, from its Prometheus (found by itself;
+## RUN=, SINCE=, REPORT_OUT= and PROMETHEUS_LISTEN= change what and where)
 report: install
-	$(VENV)/bin/mirrorwatch-report --prometheus http://$(PROMETHEUS_LISTEN) --run $(RUN) \
-	  --since $(SINCE) --out $(REPORT_OUT)
+	$(PY) -m demo.report $(if $(RUN),--run=$(RUN)) $(if $(SINCE),--since=$(SINCE)) \
+	  $(if $(REPORT_OUT),--out=$(REPORT_OUT)) \
+	  $(if $(filter command line environment,$(origin PROMETHEUS_LISTEN)),--prometheus=http://$(PROMETHEUS_LISTEN))
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

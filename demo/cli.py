@@ -7,17 +7,21 @@ The exporter serves a simulated dual-GPU host, `mirrorwatch-train` trains a smal
 CPU replicas mapped onto its GPUs, Prometheus (Debian's binary) scrapes it with the project's
 rules (alerts/mirrorwatch.rules.yml, the file the compose stack mounts), Alertmanager routes
 with alerts/alertmanager.yml, and every notification is printed here as it arrives. Ctrl-C
-stops everything this started; state and logs stay in build/demo/.
+writes the run report (build/demo/reports/RUN-TIME/, one folder per run, never deleted by a
+later demo) and stops everything this started; logs and data stay in build/demo/stack/ until
+the next demo starts. While it runs, build/demo/state.json says what it is (`make report`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -38,6 +42,8 @@ from demo.stack import (
     thresholds,
     trainer_process,
 )
+from demo.state import DemoState, StateError, forget, running_demo
+from demo.terminal import say
 from mirrorwatch.exporter.simulate.scenario import (
     ScenarioError,
     builtin_expected_alerts,
@@ -112,21 +118,51 @@ def demo_run(scenario: str) -> str:
     return f"demo-{Path(scenario).stem}"
 
 
-def report_on(args: argparse.Namespace, workdir: Path, since: float) -> None:
-    """Write the run report of what the demo ran, while its Prometheus still answers."""
+@dataclass(frozen=True)
+class Layout:
+    """Where one demo keeps things: the stack's logs and data are replaced by the next demo,
+    each run's report stays."""
+
+    workdir: Path
+    began: float
+
+    @property
+    def stack(self) -> Path:
+        return self.workdir / "stack"
+
+    def report(self, scenario: str) -> Path:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.began))
+        return self.workdir / "reports" / f"{demo_run(scenario)}-{stamp}"
+
+
+def report_on(args: argparse.Namespace, out: Path, since: float) -> None:
+    """Write the run report of what the demo ran, while its Prometheus still answers. It never
+    depends on stdout: a reader that went away with Ctrl-C (`| tee`) only loses the line."""
     run, instance = (None, str(args.exporter)) if args.no_train else (demo_run(args.scenario), None)
     try:
-        page = write_report(
-            args.prometheus.url, run, instance, since, time.time(), workdir / "report"
-        )
+        page = write_report(args.prometheus.url, run, instance, since, time.time(), out)
     except (PrometheusError, ScopeError, OSError) as error:
-        print(f"demo: no run report: {str(error).splitlines()[0]}", flush=True)
+        say(f"demo: no run report: {str(error).splitlines()[0]}")
         return
-    print(f"demo: run report: {page}", flush=True)
+    say(f"demo: run report: {page}")
+
+
+def check_scenario(scenario: str) -> str | None:
+    """Why ``scenario`` cannot run (one line), or None: said before anything is touched."""
+    try:
+        load_scenario(scenario)
+    except ScenarioError as error:
+        return str(error).splitlines()[0]
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # Everything is checked before anything is touched: a bad start keeps the last run's files.
+    problem = check_scenario(args.scenario)
+    if problem is not None:
+        print(f"demo: --scenario: {problem}", file=sys.stderr)
+        return 2
     prometheus_bin = find_binary("prometheus")
     alertmanager_bin = find_binary("prometheus-alertmanager", "alertmanager")
     if prometheus_bin is None or alertmanager_bin is None:
@@ -152,8 +188,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     workdir: Path = args.workdir
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    try:
+        other = running_demo(workdir)
+    except StateError:
+        pass  # none running, or a stale file: this demo replaces it
+    else:
+        print(f"demo: a demo is already running from {workdir} (pid {other.pid})", file=sys.stderr)
+        return 2
+    layout = Layout(workdir, time.time())
+    shutil.rmtree(layout.stack, ignore_errors=True)
+    layout.stack.mkdir(parents=True)
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -164,33 +208,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signum, interrupt)
 
     def show(notification: Notification) -> None:
-        print(format_notification(notification), flush=True)
+        say(format_notification(notification))
 
     receiver = Receiver(args.receiver.host, args.receiver.port, on_notification=show)
-    began = time.time()
+    report_dir = layout.report(args.scenario)
     try:
         with receiver, Processes() as processes:
             try:
-                core = start(args, workdir, processes, prometheus_bin, alertmanager_bin, receiver)
+                core = start(
+                    args, layout.stack, processes, prometheus_bin, alertmanager_bin, receiver
+                )
+                DemoState(
+                    pid=os.getpid(),
+                    scenario=args.scenario,
+                    run=None if args.no_train else demo_run(args.scenario),
+                    instance=str(args.exporter),
+                    prometheus=args.prometheus.url,
+                    report_dir=str(report_dir),
+                    started_at=layout.began,
+                ).write(workdir)
                 trainer = next((p for p in processes.started if p.name == "trainer"), None)
                 return watch(core, trainer)
             except KeyboardInterrupt:
                 # A second Ctrl-C must not cut the report or the cleanup short.
                 for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                     signal.signal(signum, signal.SIG_IGN)
-                print("\ndemo: writing the run report ...", flush=True)
-                report_on(args, workdir, began)
-                print("demo: stopping ...", flush=True)
+                say("\ndemo: writing the run report ...")
+                report_on(args, report_dir, layout.began)
+                say("demo: stopping ...")
                 return 0
             finally:
                 # A second Ctrl-C must not cut the cleanup short and leave processes behind.
                 for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                     signal.signal(signum, signal.SIG_IGN)
+                forget(workdir)
     except (StackError, OSError) as error:
-        print(f"demo: {error}", file=sys.stderr)
+        say(f"demo: {error}", error=True)
         return 1
     finally:
-        print("demo: stopped everything it started.", flush=True)
+        say("demo: stopped everything it started.")
 
 
 def start(
@@ -241,11 +297,10 @@ def start(
         ("receiver", f"{receiver.url}/", "notifications are printed below as they arrive"),
     ]
     table = "\n".join(f"  {name:13} {where:34} {what}" for name, where, what in rows)
-    print(
+    say(
         f"\nmirrorwatch demo: scenario {args.scenario} on a simulated dual-GPU host\n{table}\n"
         f"Expect: Watchdog at once; {expectation(args.scenario)}\n"
-        f"Logs and data: {workdir}. Ctrl-C stops everything.\n",
-        flush=True,
+        f"Logs and data: {workdir}. Ctrl-C stops everything.\n"
     )
     return [exporter, alertmanager, prometheus]
 
@@ -257,18 +312,17 @@ def watch(core: list[Process], trainer: Process | None) -> int:
         time.sleep(1.0)
         for process in core:
             if not process.alive():
-                print(
+                say(
                     f"demo: {process.name} exited with code {process.returncode}:\n"
                     + process.log_tail(),
-                    file=sys.stderr,
+                    error=True,
                 )
                 return 1
         if trainer is not None and not trainer.alive() and not trainer_reported:
             trainer_reported = True
-            print(
+            say(
                 f"{time.strftime('%H:%M:%S')} training stopped (exit code {trainer.returncode}); "
-                f"see {trainer.log_path}",
-                flush=True,
+                f"see {trainer.log_path}"
             )
 
 
