@@ -14,6 +14,7 @@ import json
 import re
 import sys
 import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,6 +59,17 @@ def _instance(text: str) -> str:
     return text
 
 
+def _prometheus_url(text: str) -> str:
+    parts = urllib.parse.urlsplit(text)
+    if "://" not in text:
+        raise argparse.ArgumentTypeError(f"add http:// (or https://): http://{text}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"expected an http:// or https:// URL such as http://127.0.0.1:9090, got {text!r}"
+        )
+    return text
+
+
 def _since(text: str) -> float:
     if not is_prometheus_duration(text) or parse_prometheus_duration(text) <= 0:
         raise argparse.ArgumentTypeError(f"expected a duration such as 30m, 1h or 2d, got {text!r}")
@@ -73,7 +85,13 @@ def _time(text: str) -> float:
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Why a training run was slower than it should have been.")
-    p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus-compatible URL")
+    p.add_argument(
+        "--prometheus",
+        required=True,
+        type=_prometheus_url,
+        metavar="URL",
+        help="Prometheus-compatible URL, e.g. http://127.0.0.1:9090",
+    )
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--run", type=_run, help="the run id the trainer reported")
     who.add_argument("--instance", type=_instance, metavar="HOST:PORT", help="an exporter")

@@ -18,12 +18,11 @@ from mirrorwatch.exporter.vocabulary import MAX_WORKER, RUN_RULE, is_run_id
 from mirrorwatch.trainer import tf_devices
 from mirrorwatch.trainer.keras_api import keras
 from mirrorwatch.trainer.meter import StepMeter, finite_loss
-from mirrorwatch.trainer.pusher import Endpoint, Pusher
+from mirrorwatch.trainer.pusher import DEFAULT_URL, Endpoint, Pusher
 from mirrorwatch.trainer.snapshot import SnapshotBuilder
 
 log = logging.getLogger("mirrorwatch.trainer")
 
-DEFAULT_URL = "http://127.0.0.1:9848"
 # All the end of training may wait for the last snapshot: connect, send and answer together.
 FINAL_PUSH_DEADLINE_SECONDS = 1.0
 
