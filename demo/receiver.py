@@ -88,8 +88,17 @@ def _alert(raw: Mapping[str, Any]) -> Alert:
 SHOWN_LABELS = ("run", "gpu", "instance", "scope", "link", "xid", "worker")
 
 
-def format_notification(notification: Notification) -> str:
-    """One line per alert: time, state, name, severity, the telling labels and the summary."""
+def format_notification(
+    notification: Notification,
+    *,
+    details: bool = False,
+    runbook: Callable[[str], str] = str,
+) -> str:
+    """One line per alert: time, state, name, severity, the telling labels and the summary.
+
+    With ``details``, a firing alert also gets its description and runbook link (``runbook``
+    rewrites the link, e.g. to the local file), indented under it: what Alertmanager shows.
+    """
     clock = time.strftime("%H:%M:%S", time.localtime(notification.received_at))
     lines = []
     for alert in notification.alerts:
@@ -101,6 +110,12 @@ def format_notification(notification: Notification) -> str:
             f"{alert.name} {severity} {labels}".rstrip()
             + (f" -- {summary}" if summary else "")
         )
+        if details and alert.status == "firing":
+            description = " ".join(alert.annotations.get("description", "").split())
+            if description:
+                lines.append(f"           {description}")
+            if alert.annotations.get("runbook_url"):
+                lines.append(f"           runbook: {runbook(alert.annotations['runbook_url'])}")
     return "\n".join(lines)
 
 
