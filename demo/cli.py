@@ -32,6 +32,7 @@ from demo.stack import (
     ALERTMANAGER_CONFIG,
     REPO,
     RULES,
+    RUNBOOK,
     alertmanager_config,
     alertmanager_process,
     exporter_process,
@@ -144,7 +145,9 @@ def report_on(args: argparse.Namespace, out: Path, since: float) -> None:
     depends on stdout: a reader that went away with Ctrl-C (`| tee`) only loses the line."""
     run, instance = (None, str(args.exporter)) if args.no_train else (demo_run(args.scenario), None)
     try:
-        page = write_report(args.prometheus.url, run, instance, since, time.time(), out)
+        page = write_report(
+            args.prometheus.url, run, instance, since, time.time(), out, runbook=RUNBOOK
+        )
     except (PrometheusError, ScopeError, OSError) as error:
         say(f"demo: no run report: {str(error).splitlines()[0]}")
         return
@@ -211,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, interrupt)
 
-    notices = TerminalNotices(REPO)
+    notices = TerminalNotices(RUNBOOK)
 
     def show(notification: Notification) -> None:
         text = notices.text(notification)

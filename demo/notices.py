@@ -14,11 +14,11 @@ WATCHDOG = "Watchdog"
 class TerminalNotices:
     """``text(notification)``: the lines to print, or None for a repeat not worth a line."""
 
-    def __init__(self, repo: Path) -> None:
+    def __init__(self, runbook: Path) -> None:
         # thresholds.yml's runbook_url is the published runbook; every alert links an anchor
         # in it. The demo runs from a checkout that has the file itself, which needs no network.
         self._published = load_thresholds().runbook_url.split("#")[0]
-        self._local = repo / "docs" / "runbook.md"
+        self._local = runbook
         self._watchdog_seen = False
 
     def runbook(self, url: str) -> str:

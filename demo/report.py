@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from demo.stack import REPO
+from demo.stack import REPO, RUNBOOK
 from demo.state import StateError, running_demo
 from mirrorwatch.report import cli as report_cli
 
@@ -53,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             since,
             "--out",
             args.out or state.report_dir,
+            "--runbook",
+            str(RUNBOOK),
         ]
     )
 

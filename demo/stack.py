@@ -37,6 +37,8 @@ RULES = REPO / "alerts" / "mirrorwatch.rules.yml"
 THRESHOLDS = REPO / "alerts" / "thresholds.yml"
 ALERTMANAGER_CONFIG = REPO / "alerts" / "alertmanager.yml"
 TEMPLATE = REPO / "alerts" / "mirrorwatch.tmpl"
+# The checkout's runbook: the demo's terminal and reports link it by path, which opens offline.
+RUNBOOK = REPO / "docs" / "runbook.md"
 # Where alerts/alertmanager.yml sends every notification: the demo receiver's default address.
 DEMO_RECEIVER_URL = "http://127.0.0.1:9095"
 # The scrape job that prometheus/prometheus.yml points at the exporter (the rules want it).

@@ -1,7 +1,7 @@
 """mirrorwatch-report: query Prometheus for one run (or host and range), write the report.
 
     mirrorwatch-report --prometheus URL (--run RUN | --instance HOST:PORT)
-                       [--since 1h | --start T --end T] --out DIR
+                       [--since 1h | --start T --end T] --out DIR [--runbook FILE]
 
 Writes DIR/findings.json and DIR/report.html. Bad flags, an unreachable Prometheus, an unknown
 run or an empty range: one line on stderr and exit code 2.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -70,6 +71,12 @@ def _prometheus_url(text: str) -> str:
     return text
 
 
+def _runbook_file(text: str) -> Path:
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return Path(text)
+
+
 def _since(text: str) -> float:
     if not is_prometheus_duration(text) or parse_prometheus_duration(text) <= 0:
         raise argparse.ArgumentTypeError(f"expected a duration such as 30m, 1h or 2d, got {text!r}")
@@ -99,6 +106,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start", type=_time, metavar="T", help="range start: unix seconds or RFC 3339")
     p.add_argument("--end", type=_time, metavar="T", help="range end: unix seconds or RFC 3339")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to write")
+    p.add_argument(
+        "--runbook",
+        type=_runbook_file,
+        metavar="FILE",
+        help="a local copy of docs/runbook.md to link, relative to the page, so that it opens "
+        "offline (default: thresholds.yml's runbook_url)",
+    )
     return p
 
 
@@ -118,9 +132,21 @@ def _range(args: argparse.Namespace) -> tuple[float, float]:
 
 
 def write_report(
-    url: str, run: str | None, instance: str | None, start: float, end: float, out: Path
+    url: str,
+    run: str | None,
+    instance: str | None,
+    start: float,
+    end: float,
+    out: Path,
+    *,
+    runbook: Path | None = None,
 ) -> Path:
-    """Ask Prometheus and write DIR/findings.json and DIR/report.html; the page's path."""
+    """Ask Prometheus and write DIR/findings.json and DIR/report.html; the page's path.
+
+    ``runbook``: a local runbook file, linked relative to the page so it opens offline (the
+    demo's checkout has docs/runbook.md); without it the page links thresholds.yml's
+    runbook_url.
+    """
     thresholds = load_thresholds()
     prometheus = Prometheus(url)
     prometheus.check()
@@ -131,7 +157,12 @@ def write_report(
     findings = out / "findings.json"
     findings.write_text(json.dumps(analysis.as_json(), indent=2) + "\n", encoding="utf-8")
     page = out / "report.html"
-    page.write_text(render(analysis, charts, url, thresholds.runbook_url), encoding="utf-8")
+    runbook_url = (
+        thresholds.runbook_url
+        if runbook is None
+        else os.path.relpath(runbook.resolve(), out.resolve()).replace(os.sep, "/")
+    )
+    page.write_text(render(analysis, charts, url, runbook_url), encoding="utf-8")
     return page
 
 
@@ -139,7 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser().parse_args(argv)
         start, end = _range(args)
-        page = write_report(args.prometheus, args.run, args.instance, start, end, args.out)
+        page = write_report(
+            args.prometheus, args.run, args.instance, start, end, args.out, runbook=args.runbook
+        )
     except UsageError as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ from typing import Any
 
 from demo.notices import TerminalNotices
 from demo.receiver import Notification
-from demo.stack import REPO, RULES, load_yaml
+from demo.stack import RULES, RUNBOOK, load_yaml
 
 
 def rule(name: str) -> dict[str, Any]:
@@ -47,7 +47,7 @@ def anchors(markdown: Path) -> set[str]:
 
 
 def test_a_firing_alert_shows_its_description_and_a_runbook_that_opens_offline() -> None:
-    text = TerminalNotices(REPO).text(
+    text = TerminalNotices(RUNBOOK).text(
         notification("GpuUtilizationImbalance", severity="warning", run="demo-x")
     )
     assert text is not None
@@ -63,14 +63,14 @@ def test_a_firing_alert_shows_its_description_and_a_runbook_that_opens_offline()
 
 
 def test_a_resolved_alert_is_one_line() -> None:
-    text = TerminalNotices(REPO).text(notification("GpuUtilizationImbalance", "resolved"))
+    text = TerminalNotices(RUNBOOK).text(notification("GpuUtilizationImbalance", "resolved"))
     assert text is not None
     assert len(text.splitlines()) == 1
     assert "RESOLVED" in text
 
 
 def test_watchdog_is_shown_once_not_at_every_repeat() -> None:
-    notices = TerminalNotices(REPO)
+    notices = TerminalNotices(RUNBOOK)
     first = notices.text(notification("Watchdog", severity="info"))
     assert first is not None
     assert "Watchdog" in first
