@@ -52,7 +52,7 @@ install: $(VENV)/.deps
 # not the test tools. A .venv that `make setup` built has it already.
 $(VENV)/.demo-deps: pyproject.toml
 	@echo "demo setup 1/3: Python environment $(VENV) with TensorFlow for CPUs (first run only:" \
-	  "about 1.3 GB downloaded and installed, a few minutes; log: $(SETUP_LOG))"
+	  "about 1.6 GB, mostly TensorFlow; minutes; log: $(SETUP_LOG))"
 	@$(call quietly,$(PYTHON) -m venv $(VENV))
 	@$(call quietly,$(PIP) install --upgrade pip "setuptools>=77" wheel)
 	@$(call quietly,$(PIP) install -e '.[demo]' --config-settings editable_mode=strict)
