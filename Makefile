@@ -101,7 +101,7 @@ lint: install
 
 typecheck: install
 	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer -p mirrorwatch.alerts \
-	  -p mirrorwatch.report
+	  -p mirrorwatch.report -p mirrorwatch.doctor
 	$(VENV)/bin/mypy tests bench dashboards demo
 
 pytest: install tools
@@ -136,6 +136,7 @@ bench: install tools
 	$(PY) bench/ingest_bench.py --out $(BENCH_OUT)/ingest.json
 	$(PY) bench/soak_bench.py --out $(BENCH_OUT)/soak.json
 	$(PY) bench/scale_bench.py --out $(BENCH_OUT)/scale.json
+	$(PY) bench/doctor_bench.py --out $(BENCH_OUT)/doctor.json
 
 ## demo: exporter (simulated dual-GPU host), trainer on 2 CPU replicas, Prometheus, Alertmanager
 ## and a receiver printing each notification; SCENARIO=name picks the scenario; Ctrl-C stops it

@@ -4,7 +4,8 @@
                    [--alertmanager HOST:PORT] [--receiver HOST:PORT] [--no-train]
 
 The exporter serves a simulated dual-GPU host, `mirrorwatch-train` trains a small CNN on two
-CPU replicas mapped onto its GPUs, Prometheus (Debian's binary) scrapes it with the project's
+CPU replicas mapped onto its GPUs (after mirrorwatch-doctor's pre-flight checklist of that
+host), Prometheus (Debian's binary) scrapes it with the project's
 rules (alerts/mirrorwatch.rules.yml, the file the compose stack mounts), Alertmanager routes
 with alerts/alertmanager.yml, and every notification is printed here as it arrives. Ctrl-C
 writes the run report (build/demo/reports/RUN-TIME/, one folder per run, never deleted by a
@@ -15,6 +16,7 @@ the next demo starts. While it runs, build/demo/state.json says what it is (`mak
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -46,13 +48,16 @@ from demo.stack import (
 )
 from demo.state import DemoState, StateError, forget, running_demo
 from demo.terminal import say
+from mirrorwatch.doctor.cli import diagnose
+from mirrorwatch.doctor.cli import parser as doctor_parser
+from mirrorwatch.doctor.output import checklist
 from mirrorwatch.exporter.simulate.scenario import (
     ScenarioError,
     builtin_expected_alerts,
     load_scenario,
 )
 from mirrorwatch.exporter.vocabulary import Address, parse_prometheus_duration
-from mirrorwatch.report.cli import write_report
+from mirrorwatch.report.cli import top_finding, write_report
 from mirrorwatch.report.prometheus import PrometheusError
 from mirrorwatch.report.scope import ScopeError
 
@@ -118,6 +123,18 @@ def expectation(scenario: str) -> str:
     return "; ".join(parts) + " -- plus the scenario's own start (docs/scenarios.md)."
 
 
+def preflight(scenario: str) -> None:
+    """The pre-flight a user runs before training (mirrorwatch-doctor), on the simulated host."""
+    try:
+        outcome = diagnose(doctor_parser().parse_args(["--simulate", scenario]))
+    except ScenarioError:
+        return  # the exporter says what is wrong with the file, and exits
+    say(
+        f"\npre-flight: mirrorwatch-doctor --simulate {scenario} (exit {outcome.exit_code})\n"
+        + checklist(outcome, colour=sys.stdout.isatty())
+    )
+
+
 def demo_run(scenario: str) -> str:
     """The run id the demo's trainer reports (`make report` finds it by the same rule)."""
     return f"demo-{Path(scenario).stem}"
@@ -152,6 +169,8 @@ def report_on(args: argparse.Namespace, out: Path, since: float) -> None:
         say(f"demo: no run report: {str(error).splitlines()[0]}")
         return
     say(f"demo: run report: {page}")
+    findings = json.loads((page.parent / "findings.json").read_text(encoding="utf-8"))
+    say(f"demo: top finding: {top_finding(findings['findings'][0])}")
 
 
 def check_scenario(scenario: str) -> str | None:
@@ -273,6 +292,7 @@ def start(
     )
     run = demo_run(args.scenario)
     if not args.no_train:
+        preflight(args.scenario)
         processes.start(
             trainer_process(workdir, args.exporter.url, run, baseline_steps=BASELINE_STEPS)
         )

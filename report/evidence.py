@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mirrorwatch.report.prometheus import Prometheus
 from mirrorwatch.report.scope import Scope
+
+if TYPE_CHECKING:
+    from mirrorwatch.report.cost import Cost
 
 RUNBOOK = "docs/runbook.md"
 KINDS = (
@@ -78,6 +81,8 @@ class Finding:
     figures: Sequence[Figure]
     runbook: str
     charts: Sequence[str] = ()
+    # What it cost (report/cost.py); None where the evidence supports no number.
+    cost: Cost | None = None
 
     def as_json(self, at: float) -> dict[str, Any]:
         return {
@@ -88,6 +93,7 @@ class Finding:
             "summary": self.summary,
             "evidence": {"time": at, "figures": [f.as_json() for f in self.figures]},
             "runbook": self.runbook,
+            "cost": None if self.cost is None else self.cost.as_json(),
         }
 
 

@@ -50,19 +50,26 @@ THROTTLES = (
 )
 
 
+def held_back(sel: q.Select, kind: str) -> str:
+    """The GPUs held back for the throttling ``kind`` at each moment (one of THROTTLES)."""
+    violation, clock_reasons = next((v, r) for k, v, r, _, _ in THROTTLES if k == kind)
+    if violation is None:
+        return f"max by ({q.GPU_KEY}) ({q.clock_events(sel, clock_reasons)})"
+    return q.throttled_now(sel, violation, clock_reasons)
+
+
 def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
     clock = q.range_mean(sel("mirrorwatch_gpu_clock_hertz", 'clock="sm"'), s.window, s.resolution)
     top_clock = sel("mirrorwatch_gpu_clock_max_hertz", 'clock="sm"')
     clock_max = f"max_over_time({top_clock}[{s.window}])"
     findings = []
-    for kind, violation, clock_reasons, alert, words in THROTTLES:
-        if violation is None:
-            now = f"max by ({q.GPU_KEY}) ({q.clock_events(sel, clock_reasons)})"
-        else:
-            now = q.throttled_now(sel, violation, clock_reasons)
+    for kind, violation, _, alert, words in THROTTLES:
+        now = held_back(sel, kind)
         share_query = _held(ask, now)
         shares = ask.by_gpu(share_query)
+        # Over the range, like the alert's share of time; GpuThermalThrottling's fraction is
+        # of each minute (a rule for paging), so any heat the range held is a finding.
         limit = float(getattr(t.alert(alert), "throttled_fraction", 0.0))
         for gpu in s.gpus:
             share = share_of(shares.get(gpu.key))

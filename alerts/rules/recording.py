@@ -15,7 +15,7 @@ def rules(t: Thresholds) -> list[Record]:
             q.ACTIVE_REPLICA,
             """
             mirrorwatch_training_replica_info
-            * on (cluster, host, job, instance, run, worker) group_left ()
+            * on («WORKER_KEY») group_left ()
               (mirrorwatch_training_active == 1)
             """,
         ),
@@ -23,9 +23,9 @@ def rules(t: Thresholds) -> list[Record]:
         Record(
             q.RUN_GPU_UTIL,
             """
-            max by (cluster, host, job, instance, run, gpu, uuid) (
+            max by («RUN_KEY», gpu, uuid) (
               instance_run:mirrorwatch_training_replica_info:active
-              * on (cluster, host, job, instance, uuid) group_left (gpu)
+              * on («UUID_KEY») group_left (gpu)
                 instance_gpu:mirrorwatch_gpu_utilization_ratio:avg1m
             )
             """,
@@ -39,9 +39,9 @@ def rules(t: Thresholds) -> list[Record]:
         Record(
             q.RUN_GPU_SM_ACTIVITY,
             """
-            max by (cluster, host, job, instance, run, gpu, uuid) (
+            max by («RUN_KEY», gpu, uuid) (
               instance_run:mirrorwatch_training_replica_info:active
-              * on (cluster, host, job, instance, uuid) group_left (gpu)
+              * on («UUID_KEY») group_left (gpu)
                 instance_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m
             )
             """,
@@ -79,8 +79,8 @@ def rules(t: Thresholds) -> list[Record]:
             q.HOST_SPREAD,
             """
             round(
-              max by (cluster, host, job, instance) «busy_unassigned»
-              - min by (cluster, host, job, instance) «busy_unassigned»,
+              max by («TARGET_KEY») «busy_unassigned»
+              - min by («TARGET_KEY») «busy_unassigned»,
               0.0001
             )
             """,
@@ -89,12 +89,15 @@ def rules(t: Thresholds) -> list[Record]:
         # Seconds throttled per second: the fraction of time each reason held clocks back.
         # increase / 300 rather than rate(): the same number from Prometheus and vmalert.
         Record(q.THROTTLE, q.throttle_share_of_window(q.RULES, "5m", 300)),
+        # Minute by minute, so that "throttled for heat in each of the last five minutes" can
+        # be asked: a 5-minute mean is above 0 for five minutes after any one-minute blip.
+        Record(q.THERMAL_MINUTE, q.throttled_share_of_minute("thermal", q.THERMAL_REASONS)),
         Record(
             q.THROUGHPUT,
             """
-            sum by (cluster, host, job, instance, run) (
+            sum by («RUN_KEY») (
               mirrorwatch_training_examples_per_second
-              * on (cluster, host, job, instance, run, worker) group_left ()
+              * on («WORKER_KEY») group_left ()
                 (mirrorwatch_training_active == 1)
             )
             """,

@@ -9,6 +9,7 @@
 - ``recovery``: lost GPUs re-probed with backoff by the background thread, and brought back.
 - ``loop``: the background thread.
 - ``lifecycle``: ``NvmlBackend``, init with backoff, recovery and shutdown.
+- ``preflight``: settings and health state for ``mirrorwatch-doctor``, read on demand.
 """
 
 from mirrorwatch.exporter.nvml.device import NvmlDevice

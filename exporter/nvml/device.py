@@ -17,6 +17,7 @@ from mirrorwatch.exporter.backend import (
     CLOCKS_EVENT_REASONS,
     THROTTLE_REASONS,
     Clock,
+    DeviceConfig,
     EccErrorType,
     GpmReading,
     GpuProcesses,
@@ -31,6 +32,7 @@ from mirrorwatch.exporter.nvml.events import XidCounts
 from mirrorwatch.exporter.nvml.features import DeviceFeatures
 from mirrorwatch.exporter.nvml.gpm import GpmSampler
 from mirrorwatch.exporter.nvml.pcie import BYTES_PER_KIB, PcieSampler
+from mirrorwatch.exporter.nvml.preflight import read_config
 from mirrorwatch.exporter.nvml.processes import ProcessReader
 from mirrorwatch.exporter.nvml.session import (
     FieldKey,
@@ -479,6 +481,10 @@ class NvmlDevice:
         if self._gpm is None or self.lost:
             return None
         return self._gpm.reading(self.gpu)
+
+    def config(self) -> DeviceConfig | None:
+        # Pre-flight only (nvml/preflight.py): read afresh on each call, never by a scrape.
+        return None if self.lost else read_config(self._session, self.gpu)
 
 
 def _number(value: Any) -> float | None:

@@ -13,12 +13,16 @@ from mirrorwatch.exporter.backend import (
     THROTTLE_REASONS,
     BackendStatus,
     Clock,
+    DeviceConfig,
     EccErrorType,
     GpmReading,
     GpuProcess,
     GpuProcesses,
     MemoryBytes,
     NvlinkCounters,
+    P2pCapability,
+    P2pLink,
+    P2pStatus,
     PcieLink,
     PeerLink,
     ProcessType,
@@ -45,6 +49,19 @@ _GIB: Final = 1024.0**3
 _SM_ACTIVITY_PER_UTILIZATION: Final = 0.85
 _SM_OCCUPANCY_PER_UTILIZATION: Final = 0.5
 _TENSOR_ACTIVITY_PER_UTILIZATION: Final = 0.6
+# Peer-to-peer as NVML answers it for each way two GPUs reach each other: PCIe P2P works under
+# one root complex, not across the sockets' interconnect (IOH topology not supported).
+_P2P: Final[Mapping[P2pLink, Mapping[P2pCapability, P2pStatus]]] = {
+    "nvlink": {"read": "ok", "write": "ok", "nvlink": "ok"},
+    "pcie_switch": {"read": "ok", "write": "ok", "nvlink": "not_supported"},
+    "pcie_host_bridge": {"read": "ok", "write": "ok", "nvlink": "not_supported"},
+    "numa_node": {"read": "ok", "write": "ok", "nvlink": "not_supported"},
+    "cross_numa": {
+        "read": "topology_not_supported",
+        "write": "topology_not_supported",
+        "nvlink": "not_supported",
+    },
+}
 
 
 def gpu_uuid(seed: int, index: int) -> str:
@@ -330,6 +347,27 @@ class SimulatedGpu:
             dram_activity_ratio=sample.memory_utilization,
         )
 
+    def config(self) -> DeviceConfig | None:
+        if not self.alive():
+            return None
+        hardware = self._hardware
+        major, minor = hardware.compute_capability.split(".")
+        ecc = hardware.ecc
+        return DeviceConfig(
+            compute_capability=(int(major), int(minor)),
+            persistence_mode=hardware.persistence_mode,
+            compute_mode=hardware.compute_mode,
+            ecc_enabled=ecc,
+            retired_pages_pending=False if ecc else None,
+            remapped_rows_pending=False if ecc else None,
+            remapped_rows_failed=False if ecc else None,
+            mig_enabled=hardware.mig,
+            power_limit_default_watts=hardware.power_limit_watts,
+            pcie_generation_gpu_max=hardware.pcie_generation,
+            numa_node=hardware.numa_node(self._index),
+            local_cpus=hardware.node_cpus(hardware.numa_node(self._index)),
+        )
+
 
 class SimulatedBackend:
     """A host of simulated GPUs driven by a scenario.
@@ -423,3 +461,15 @@ class SimulatedBackend:
 
     def gpus(self) -> Sequence[SimulatedGpu]:
         return self._gpus
+
+    def cuda_driver_version(self) -> tuple[int, int]:
+        major, minor = self._scenario.cuda_version.split(".")
+        return int(major), int(minor)
+
+    def p2p_status(self, first: int, second: int) -> Mapping[P2pCapability, P2pStatus]:
+        count = len(self._gpus)
+        if first == second or not (0 <= first < count and 0 <= second < count):
+            return {}
+        if not (self._gpus[first].alive() and self._gpus[second].alive()):
+            return {}
+        return _P2P[self._scenario.gpus.peer_link]
