@@ -11,12 +11,26 @@ EXPORTER_LISTEN ?= 127.0.0.1:9848
 PROMETHEUS_LISTEN ?= 127.0.0.1:9090
 ALERTMANAGER_LISTEN ?= 127.0.0.1:9093
 RECEIVER_LISTEN ?= 127.0.0.1:9095
-# The demo's run id (demo/cli.py names it after the scenario) and where `make report` writes.
-RUN ?= demo-$(basename $(notdir $(SCENARIO)))
-REPORT_OUT ?= build/demo/report
-SINCE ?= 1h
+# `make report` takes the run, Prometheus and range from the running demo (build/demo/state.json);
+# RUN=, SINCE=, REPORT_OUT= or PROMETHEUS_LISTEN= on the command line replace them.
+RUN ?=
+REPORT_OUT ?=
+SINCE ?=
 
-.PHONY: setup tools install test lint typecheck pytest bench demo report alerts dashboards compatibility clean
+.PHONY: help setup tools demo-tools install demo-install test lint typecheck pytest bench demo \
+  report alerts dashboards compatibility clean
+
+# A setup step, quiet unless it fails: its output goes to build/setup.log and only the log's end
+# is shown, with where the rest is, when the step fails.
+SETUP_LOG := build/setup.log
+quietly = mkdir -p build && { $(1) ; } >>$(SETUP_LOG) 2>&1 || { tail -n 25 $(SETUP_LOG); \
+  echo "make: setup step failed; the whole log is $(SETUP_LOG)"; exit 1; }
+
+## help: this list (each target's `##` comment)
+help:
+	@awk '/^## [a-z-]+:/ { sub(/^## /, ""); split($$0, part, ": "); \
+	  printf "  make %-11s %s\n", part[1], substr($$0, length(part[1]) + 3); next } \
+	  /^## / { sub(/^## /, ""); printf "  %-16s %s\n", "", $$0 }' $(MAKEFILE_LIST)
 
 ## setup: the virtual environment with the project and its test tools, plus promtool/amtool
 setup: install tools
@@ -31,7 +45,7 @@ LIGHTNING_VERSION ?= 2.6.6
 # second TensorFlow): the multi-worker trainer and its tests run on it (see pyproject.toml).
 $(VENV)/.deps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade pip "setuptools>=69" wheel
+	$(PIP) install --upgrade pip "setuptools>=77" wheel
 	$(PIP) install -e '.[test]' --config-settings editable_mode=strict
 	$(PIP) install --no-deps "tf-keras==$$($(PY) -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')"
 	$(PIP) install "torch==$(TORCH_VERSION)" "lightning==$(LIGHTNING_VERSION)"
@@ -39,15 +53,27 @@ $(VENV)/.deps: pyproject.toml
 
 # The strict editable install links each source file, so it is refreshed to pick up new modules.
 install: $(VENV)/.deps
-	$(PIP) install --no-deps -e . --config-settings editable_mode=strict
+	@$(call quietly,$(PIP) install --no-deps -e . --config-settings editable_mode=strict)
+
+# What `make demo` needs and no more: the project with TensorFlow for CPUs (the `demo` extra),
+# not the test tools. A .venv that `make setup` built has it already.
+$(VENV)/.demo-deps: pyproject.toml
+	@echo "demo setup 1/3: Python environment $(VENV) with TensorFlow for CPUs (first run only:" \
+	  "about 1.6 GB, mostly TensorFlow; minutes; log: $(SETUP_LOG))"
+	@$(call quietly,$(PYTHON) -m venv $(VENV))
+	@$(call quietly,$(PIP) install --upgrade pip "setuptools>=77" wheel)
+	@$(call quietly,$(PIP) install -e '.[demo]' --config-settings editable_mode=strict)
+	@touch $@
+
+demo-install: $(if $(wildcard $(VENV)/.deps),$(VENV)/.deps,$(VENV)/.demo-deps)
+	@$(call quietly,$(PIP) install --no-deps -e . --config-settings editable_mode=strict)
 
 ## tools: Prometheus, Alertmanager (with promtool, amtool), docker-compose, chromium and
 ## victoria-metrics (vmagent, vmalert: tests/fleet) from Debian, when missing. docker-compose
 ## (v1, Python) only validates the compose files here: no Docker engine. Chromium renders the
 ## run report in tests/report.
-tools:
+tools: demo-tools
 	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null \
-	    || ! command -v prometheus >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
 	    || ! command -v docker-compose >/dev/null; then \
 	  echo "installing Debian packages prometheus, prometheus-alertmanager and docker-compose"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
@@ -63,6 +89,14 @@ tools:
 	  echo "installing Debian package victoria-metrics"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends victoria-metrics >/dev/null; \
+	fi
+
+# The demo's only system packages: Debian's Prometheus and Alertmanager.
+demo-tools:
+	@if ! command -v prometheus >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
+	  echo "demo setup 2/3: Debian packages prometheus and prometheus-alertmanager (first run only)"; \
+	  $(call quietly,apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends prometheus prometheus-alertmanager); \
 	fi
 
 ## test: lint, type checks and every test (CI runs this)
@@ -94,39 +128,43 @@ dashboards: install
 compatibility: install
 	$(PY) -m tests.exporter.nvml_standin.compatibility
 
-## bench: benchmarks; results land in bench/results/*.json. The side-by-side with
-## nvitop-exporter installs it into its own environment (never .venv) and runs Debian's
-## Prometheus against both.
+## bench: benchmarks; results land in build/bench/results/*.json (BENCH_OUT=bench/results
+## replaces the committed ones). The side-by-side with nvitop-exporter installs it into its own
+## environment (never .venv) and runs Debian's Prometheus against both.
 NVITOP_VENV ?= build/bench/nvitop-venv
+BENCH_OUT ?= build/bench/results
 bench: install tools
-	$(PY) bench/exporter_bench.py --out bench/results/exporter.json
+	@mkdir -p $(BENCH_OUT)
+	$(PY) bench/exporter_bench.py --out $(BENCH_OUT)/exporter.json
 	@test -x $(NVITOP_VENV)/bin/nvitop-exporter || { $(PYTHON) -m venv $(NVITOP_VENV) \
 	  && $(NVITOP_VENV)/bin/python -m pip --disable-pip-version-check -q install \
 	  nvitop-exporter==1.7.2; }
 	$(PY) bench/peers_bench.py --nvitop $(NVITOP_VENV)/bin/nvitop-exporter \
-	  --out bench/results/peers.json
+	  --out $(BENCH_OUT)/peers.json
 	$(PY) bench/nvml_calls.py --nvitop $(NVITOP_VENV)/bin/nvitop-exporter \
-	  --out bench/results/nvml-calls.json
-	$(PY) bench/trainer_bench.py --out bench/results/trainer.json
-	$(PY) bench/torch_bench.py --out bench/results/torch.json
-	$(PY) bench/ingest_bench.py --out bench/results/ingest.json
-	$(PY) bench/limits_bench.py --out bench/results/limits.json
-	$(PY) bench/soak_bench.py --out bench/results/soak.json
-	$(PY) bench/scale_bench.py --out bench/results/scale.json
-	$(PY) bench/doctor_bench.py --out bench/results/doctor.json
+	  --out $(BENCH_OUT)/nvml-calls.json
+	$(PY) bench/trainer_bench.py --out $(BENCH_OUT)/trainer.json
+	$(PY) bench/torch_bench.py --out $(BENCH_OUT)/torch.json
+	$(PY) bench/ingest_bench.py --out $(BENCH_OUT)/ingest.json
+	$(PY) bench/limits_bench.py --out $(BENCH_OUT)/limits.json
+	$(PY) bench/soak_bench.py --out $(BENCH_OUT)/soak.json
+	$(PY) bench/scale_bench.py --out $(BENCH_OUT)/scale.json
+	$(PY) bench/doctor_bench.py --out $(BENCH_OUT)/doctor.json
 
 ## demo: exporter (simulated dual-GPU host), trainer on 2 CPU replicas, Prometheus, Alertmanager
 ## and a receiver printing each notification; SCENARIO=name picks the scenario; Ctrl-C stops it
-demo: install tools
-	$(PY) -m demo --scenario $(SCENARIO) --exporter $(EXPORTER_LISTEN) \
+demo: demo-install demo-tools
+	@echo "demo setup 3/3: starting the pipeline"
+	@$(PY) -m demo --scenario $(SCENARIO) --exporter $(EXPORTER_LISTEN) \
 	  --prometheus $(PROMETHEUS_LISTEN) --alertmanager $(ALERTMANAGER_LISTEN) \
 	  --receiver $(RECEIVER_LISTEN)
 
-## report: the run report of the demo's run, from the demo's Prometheus (while `make demo` runs;
-## RUN=, SINCE= and REPORT_OUT= change what and where)
-report: install
-	$(VENV)/bin/mirrorwatch-report --prometheus http://$(PROMETHEUS_LISTEN) --run $(RUN) \
-	  --since $(SINCE) --out $(REPORT_OUT)
+## report: the run report of the running demo's run, from its Prometheus (found by itself;
+## RUN=, SINCE=, REPORT_OUT= and PROMETHEUS_LISTEN= change what and where)
+report: demo-install
+	@$(PY) -m demo.report $(if $(RUN),--run=$(RUN)) $(if $(SINCE),--since=$(SINCE)) \
+	  $(if $(REPORT_OUT),--out=$(REPORT_OUT)) \
+	  $(if $(filter command line environment,$(origin PROMETHEUS_LISTEN)),--prometheus=http://$(PROMETHEUS_LISTEN))
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -23,7 +23,15 @@ from dashboards.layout import (
     build,
     dashboard_link,
 )
-from dashboards.panels import PanelSpec, Query, instant_table, organize, stat_panel, table_panel
+from dashboards.panels import (
+    OK_FAILED,
+    PanelSpec,
+    Query,
+    instant_table,
+    organize,
+    stat_panel,
+    table_panel,
+)
 from dashboards.selectors import HOST, RUN, firing_alerts, increase
 from dashboards.variables import standard_variables
 from mirrorwatch.alerts import queries as q
@@ -111,6 +119,7 @@ def exporter_row() -> Row:
                 "others still answer; the exporter log says why.",
                 [Query(HOST("mirrorwatch_exporter_collector_success"), per_collector)],
                 width=6,
+                words=OK_FAILED,  # the description's words, not up/down
             ),
             amount_series(
                 "Collector duration",

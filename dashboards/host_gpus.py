@@ -7,11 +7,12 @@ from typing import Any
 from dashboards.kinds import against_limit, amount_series, ratio_series, reasons_timeline
 from dashboards.layout import Row
 from dashboards.panels import Query
-from dashboards.selectors import GPU, RATE_INTERVAL
+from dashboards.selectors import GPU, PER_GPU, RATE_INTERVAL
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
 
-LEGEND = "GPU {{gpu}}"
+# The instance variable defaults to All: without it, two hosts draw two "GPU 0".
+LEGEND = PER_GPU
 
 
 def per_gpu(expr: str, *legend: str) -> Query:
@@ -114,11 +115,12 @@ def thermal_row(t: Thresholds) -> Row:
                 "limit$",
             ),
             amount_series(
-                "Energy per hour",
-                "Energy each GPU uses per hour at the current rate (kWh per hour), from its "
-                "energy counter. Compare GPUs doing the same work: one using less is doing "
-                "less.",
-                "kwatth",
+                "Average power from the energy counter",
+                "Each GPU's mean power over the rate window, in kW (the kWh it uses per "
+                "hour at this rate), from its energy counter: unlike the sampled Power panel "
+                "it misses no spike between scrapes. Compare GPUs doing the same work: one "
+                "using less is doing less.",
+                "kwatt",
                 [per_gpu(q.energy_kwh_per_hour(GPU, RATE_INTERVAL))],
                 fill_opacity=10,
             ),

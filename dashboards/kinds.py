@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from grafana_foundation_sdk.builders import stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.models import dashboard as models
 
 from dashboards.panels import (
     ACTIVE_OFF,
@@ -146,15 +147,21 @@ def up_down_stat(
 
 
 def up_down_timeline(
-    title: str, description: str, queries: Sequence[Query], *, width: int
+    title: str,
+    description: str,
+    queries: Sequence[Query],
+    *,
+    width: int,
+    words: list[models.ValueMapping] = UP_DOWN,
 ) -> statetimeline.Panel:
+    """1/0 as words (up/down, or ``words`` such as OK_FAILED), green for 1, red for 0."""
     spec = PanelSpec(
         title,
         description,
         "none",
         queries,
         width=width,
-        mappings=UP_DOWN,
+        mappings=words,
         thresholds=GREEN_FROM_ONE,
     )
     return state_timeline(spec)

@@ -17,6 +17,7 @@ from grafana_foundation_sdk.models import prometheus as prometheus_models
 from dashboards.variables import DATASOURCE
 
 LIMIT_LINE = "#F2495C"  # Grafana's red: dashed lines that mark a limit series
+TARGET_LINE = "#FF9830"  # Grafana's orange: dotted lines that mark a target below a limit
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ def value_text(mapping: dict[str, tuple[str, str]]) -> list[models.ValueMapping]
 
 
 UP_DOWN = value_text({"1": ("up", "green"), "0": ("down", "red")})
+OK_FAILED = value_text({"1": ("ok", "green"), "0": ("failed", "red")})
 ACTIVE_OFF = value_text({"1": ("active", "red"), "0": ("off", "transparent")})
 
 Override = Builder[models.DashboardFieldConfigSourceOverrides]
@@ -89,6 +91,26 @@ def limit_line_override(regex: str) -> dashboard_builders.DashboardFieldConfigSo
                 ),
                 models.DynamicConfigValue(
                     id_val="color", value={"mode": "fixed", "fixedColor": LIMIT_LINE}
+                ),
+                models.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
+            ]
+        )
+    )
+
+
+def target_line_override(regex: str) -> dashboard_builders.DashboardFieldConfigSourceOverrides:
+    """Series whose name matches ``regex`` are targets short of the limit (0.9 x ideal): dotted
+    orange, so that they never read as the limit itself."""
+    return (
+        dashboard_builders.DashboardFieldConfigSourceOverrides()
+        .matcher(models.MatcherConfig(id_val="byRegexp", options=regex))
+        .properties(
+            [
+                models.DynamicConfigValue(
+                    id_val="custom.lineStyle", value={"fill": "dot", "dash": [0, 10]}
+                ),
+                models.DynamicConfigValue(
+                    id_val="color", value={"mode": "fixed", "fixedColor": TARGET_LINE}
                 ),
                 models.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
             ]

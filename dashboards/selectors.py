@@ -38,3 +38,8 @@ def of_run(expr: str) -> str:
 
 def firing_alerts() -> str:
     return q.firing_alerts(HOST)
+
+
+# Every per-GPU legend names the host too: the instance variable defaults to All, and two
+# hosts would otherwise draw two series called "GPU 0".
+PER_GPU = "GPU {{gpu}} {{instance}}"

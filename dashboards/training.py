@@ -24,19 +24,29 @@ from dashboards.panels import (
     PanelSpec,
     Query,
     ThresholdStyle,
+    limit_line_override,
     override,
     stat_panel,
     steps,
+    target_line_override,
     time_series,
 )
-from dashboards.selectors import GPU, HOST, RATE_INTERVAL, RUN, RUN_GPU, RUN_MATCHER, of_run
+from dashboards.selectors import (
+    GPU,
+    HOST,
+    PER_GPU,
+    RATE_INTERVAL,
+    RUN,
+    RUN_GPU,
+    RUN_MATCHER,
+    of_run,
+)
 from dashboards.variables import RUN_GPUS_QUERY, standard_variables
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
 
 TITLE = "Training balance"
 PER_WORKER = "{{run}} worker {{worker}}"
-PER_GPU = "GPU {{gpu}} {{instance}}"
 GREEN = {"mode": "fixed", "fixedColor": "green"}
 
 # Spread and mean over the selected GPUs of the run, from the same per-GPU recording rule the
@@ -222,24 +232,32 @@ def scaling_row(t: Thresholds) -> Row:
     efficiency = t.TrainingScalingEfficiencyLow
     target = efficiency.efficiency_ratio
     replicas = q.replicas(RUN)
-    memory = t.GpuMemoryNearlyFull
     return Row(
         "Scaling",
         [
-            against_limit(
-                "Scaling speed-up",
-                "Throughput on all replicas over throughput on one (from the run's scaling "
-                f"benchmark), against the ideal (one per replica) and {target:g} of it. Two "
-                f"GPUs giving 1.6x instead of {2 * target:g}x: look at Scaling efficiency, "
-                "Per-GPU utilisation and the GPU host's PCIe link and NVLink panels.",
-                "short",
-                [
-                    Query(RUN("mirrorwatch_training_scaling_speedup"), f"{PER_WORKER} speed-up"),
-                    Query(replicas, "ideal"),
-                    Query(f"{target:g} * {replicas}", f"{target:g} x ideal"),
-                ],
-                f"^(ideal|{target:g} x ideal)$",
-                fill_opacity=10,
+            time_series(
+                PanelSpec(
+                    "Scaling speed-up",
+                    "Throughput on all replicas over throughput on one (from the run's "
+                    "baseline or scaling benchmark), against the ideal (one per replica, "
+                    f"dashed red) and {target:g} of it (dotted orange, the target). Two GPUs "
+                    f"giving 1.6x instead of {2 * target:g}x: look at Scaling efficiency, "
+                    "Per-GPU utilisation and the GPU host's PCIe link and NVLink panels.",
+                    "short",
+                    [
+                        Query(
+                            RUN("mirrorwatch_training_scaling_speedup"), f"{PER_WORKER} speed-up"
+                        ),
+                        Query(replicas, "ideal"),
+                        Query(f"{target:g} * {replicas}", f"{target:g} x ideal"),
+                    ],
+                    width=12,
+                    min_value=0,
+                    overrides=[
+                        limit_line_override("^ideal$"),
+                        target_line_override(f"^{target:g} x ideal$"),
+                    ],
+                ),
                 axis_label="x",
             ),
             time_series(
@@ -252,29 +270,12 @@ def scaling_row(t: Thresholds) -> Row:
                     "pipeline that cannot feed more replicas.",
                     "percentunit",
                     [Query(RUN("mirrorwatch_training_scaling_efficiency_ratio"), PER_WORKER)],
-                    width=8,
+                    width=12,
                     thresholds=steps((None, "red"), (target, "green")),
                     min_value=0,
                     max_value=1.1,
                 ),
                 threshold_style=ThresholdStyle.DASHED,
-            ),
-            against_limit(
-                "Replica memory",
-                "Device memory each replica's allocator holds (current) and its high-water "
-                "mark (peak), with the total memory of the run's GPUs. Peak near the total "
-                f"risks out-of-memory (GpuMemoryNearlyFull, above {memory.used_ratio:.0%}); "
-                "current growing step after step is a leak.",
-                "bytes",
-                [
-                    Query(
-                        RUN("mirrorwatch_training_replica_memory_bytes"),
-                        "replica {{replica}} {{kind}}",
-                    ),
-                    Query(of_run(GPU("mirrorwatch_gpu_memory_total_bytes")), "GPU {{gpu}} total"),
-                ],
-                "total$",
-                fill_opacity=10,
             ),
         ],
     )
@@ -282,6 +283,7 @@ def scaling_row(t: Thresholds) -> Row:
 
 def gpus_row(t: Thresholds) -> Row:
     near = t.GpuTemperatureNearSlowdown
+    memory = t.GpuMemoryNearlyFull
     return Row(
         "The run's GPUs",
         [
@@ -290,7 +292,10 @@ def gpus_row(t: Thresholds) -> Row:
                 "sw_thermal_slowdown / hw_thermal_slowdown: heat (GpuThermalThrottling); "
                 "sw_power_cap: the power limit; hw_slowdown / hw_power_brake_slowdown: the "
                 "board cut clocks (GpuHardwareSlowdown). A throttled GPU is the slow replica.",
-                Query(of_run(GPU("mirrorwatch_gpu_clocks_event_active")), "GPU {{gpu}} {{reason}}"),
+                Query(
+                    of_run(GPU("mirrorwatch_gpu_clocks_event_active")),
+                    PER_GPU + " {{reason}}",
+                ),
                 height=10,
             ),
             against_limit(
@@ -309,7 +314,7 @@ def gpus_row(t: Thresholds) -> Row:
                                 'threshold="slowdown"',
                             )
                         ),
-                        "GPU {{gpu}} slowdown",
+                        f"{PER_GPU} slowdown",
                     ),
                 ],
                 "slowdown$",
@@ -318,6 +323,32 @@ def gpus_row(t: Thresholds) -> Row:
                 min_value=None,
                 fill_opacity=10,
             ),
+            against_limit(
+                "Replica memory",
+                "Device memory each replica's allocator holds (current) and its high-water "
+                "mark (peak), with the total memory of the run's GPUs. Peak near the total "
+                f"risks out-of-memory (GpuMemoryNearlyFull, above {memory.used_ratio:.0%}); "
+                "current growing step after step is a leak.",
+                "bytes",
+                [
+                    Query(
+                        RUN("mirrorwatch_training_replica_memory_bytes"),
+                        "replica {{replica}} {{kind}}",
+                    ),
+                    Query(of_run(GPU("mirrorwatch_gpu_memory_total_bytes")), f"{PER_GPU} total"),
+                ],
+                "total$",
+                fill_opacity=10,
+            ),
+        ],
+    )
+
+
+def alerts_row() -> Row:
+    """First: what is wrong now reads before the charts that show why (as on GPU host)."""
+    return Row(
+        "Alerts firing for this run",
+        [
             alerts_table(
                 "Alerts firing now for this run: its own (imbalance, stalled, throughput, "
                 "efficiency, stale telemetry) and those of the GPUs it runs on. Empty is "
@@ -343,6 +374,7 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
             ),
             variables=standard_variables(gpu_query=RUN_GPUS_QUERY, one_run=True),
             rows=[
+                alerts_row(),
                 throughput_row(t),
                 balance_row(t),
                 sharing_row(t),

@@ -8,27 +8,33 @@ CPU replicas mapped onto its GPUs (after mirrorwatch-doctor's pre-flight checkli
 host), Prometheus (Debian's binary) scrapes it with the project's
 rules (alerts/mirrorwatch.rules.yml, the file the compose stack mounts), Alertmanager routes
 with alerts/alertmanager.yml, and every notification is printed here as it arrives. Ctrl-C
-stops everything this started; state and logs stay in build/demo/.
+writes the run report (build/demo/reports/RUN-TIME/, one folder per run, never deleted by a
+later demo) and stops everything this started; logs and data stay in build/demo/stack/ until
+the next demo starts. While it runs, build/demo/state.json says what it is (`make report`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from demo.notices import TerminalNotices
 from demo.processes import Process, Processes, StackError
-from demo.receiver import Notification, Receiver, address_argument, format_notification
+from demo.receiver import Notification, Receiver, address_argument
 from demo.stack import (
     ALERTMANAGER_CONFIG,
     REPO,
     RULES,
+    RUNBOOK,
     alertmanager_config,
     alertmanager_process,
     exporter_process,
@@ -40,6 +46,8 @@ from demo.stack import (
     thresholds,
     trainer_process,
 )
+from demo.state import DemoState, StateError, forget, running_demo
+from demo.terminal import say
 from mirrorwatch.doctor.cli import diagnose
 from mirrorwatch.doctor.cli import parser as doctor_parser
 from mirrorwatch.doctor.output import checklist
@@ -57,6 +65,9 @@ from mirrorwatch.report.scope import ScopeError
 # Prometheus's alert page move quickly, and alerts are re-sent to Alertmanager as often, so the
 # first Watchdog shows within seconds. The rules, and so every `for:`, are the production ones.
 DEMO_INTERVAL = "5s"
+# Steps on one CPU replica before the run, so the report and the Scaling panels show a speed-up:
+# a few seconds on a small machine, enough steps past the first (tracing) one to time.
+BASELINE_STEPS = 20
 
 
 def expected_alerts() -> dict[str, tuple[str, ...]]:
@@ -118,10 +129,9 @@ def preflight(scenario: str) -> None:
         outcome = diagnose(doctor_parser().parse_args(["--simulate", scenario]))
     except ScenarioError:
         return  # the exporter says what is wrong with the file, and exits
-    print(
+    say(
         f"\npre-flight: mirrorwatch-doctor --simulate {scenario} (exit {outcome.exit_code})\n"
-        + checklist(outcome, colour=sys.stdout.isatty()),
-        flush=True,
+        + checklist(outcome, colour=sys.stdout.isatty())
     )
 
 
@@ -130,23 +140,55 @@ def demo_run(scenario: str) -> str:
     return f"demo-{Path(scenario).stem}"
 
 
-def report_on(args: argparse.Namespace, workdir: Path, since: float) -> None:
-    """Write the run report of what the demo ran, while its Prometheus still answers."""
+@dataclass(frozen=True)
+class Layout:
+    """Where one demo keeps things: the stack's logs and data are replaced by the next demo,
+    each run's report stays."""
+
+    workdir: Path
+    began: float
+
+    @property
+    def stack(self) -> Path:
+        return self.workdir / "stack"
+
+    def report(self, scenario: str) -> Path:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.began))
+        return self.workdir / "reports" / f"{demo_run(scenario)}-{stamp}"
+
+
+def report_on(args: argparse.Namespace, out: Path, since: float) -> None:
+    """Write the run report of what the demo ran, while its Prometheus still answers. It never
+    depends on stdout: a reader that went away with Ctrl-C (`| tee`) only loses the line."""
     run, instance = (None, str(args.exporter)) if args.no_train else (demo_run(args.scenario), None)
     try:
         page = write_report(
-            args.prometheus.url, run, instance, since, time.time(), workdir / "report"
+            args.prometheus.url, run, instance, since, time.time(), out, runbook=RUNBOOK
         )
     except (PrometheusError, ScopeError, OSError) as error:
-        print(f"demo: no run report: {str(error).splitlines()[0]}", flush=True)
+        say(f"demo: no run report: {str(error).splitlines()[0]}")
         return
-    print(f"demo: run report: {page}", flush=True)
+    say(f"demo: run report: {page}")
     findings = json.loads((page.parent / "findings.json").read_text(encoding="utf-8"))
-    print(f"demo: top finding: {top_finding(findings['findings'][0])}", flush=True)
+    say(f"demo: top finding: {top_finding(findings['findings'][0])}")
+
+
+def check_scenario(scenario: str) -> str | None:
+    """Why ``scenario`` cannot run (one line), or None: said before anything is touched."""
+    try:
+        load_scenario(scenario)
+    except ScenarioError as error:
+        return str(error).splitlines()[0]
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # Everything is checked before anything is touched: a bad start keeps the last run's files.
+    problem = check_scenario(args.scenario)
+    if problem is not None:
+        print(f"demo: --scenario: {problem}", file=sys.stderr)
+        return 2
     prometheus_bin = find_binary("prometheus")
     alertmanager_bin = find_binary("prometheus-alertmanager", "alertmanager")
     if prometheus_bin is None or alertmanager_bin is None:
@@ -172,8 +214,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     workdir: Path = args.workdir
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    try:
+        other = running_demo(workdir)
+    except StateError:
+        pass  # none running, or a stale file: this demo replaces it
+    else:
+        print(f"demo: a demo is already running from {workdir} (pid {other.pid})", file=sys.stderr)
+        return 2
+    layout = Layout(workdir, time.time())
+    shutil.rmtree(layout.stack, ignore_errors=True)
+    layout.stack.mkdir(parents=True)
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -183,34 +233,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, interrupt)
 
+    notices = TerminalNotices(RUNBOOK)
+
     def show(notification: Notification) -> None:
-        print(format_notification(notification), flush=True)
+        text = notices.text(notification)
+        if text is not None:
+            say(text)
 
     receiver = Receiver(args.receiver.host, args.receiver.port, on_notification=show)
-    began = time.time()
+    report_dir = layout.report(args.scenario)
     try:
         with receiver, Processes() as processes:
             try:
-                core = start(args, workdir, processes, prometheus_bin, alertmanager_bin, receiver)
+                core = start(
+                    args, layout.stack, processes, prometheus_bin, alertmanager_bin, receiver
+                )
+                DemoState(
+                    pid=os.getpid(),
+                    scenario=args.scenario,
+                    run=None if args.no_train else demo_run(args.scenario),
+                    instance=str(args.exporter),
+                    prometheus=args.prometheus.url,
+                    report_dir=str(report_dir),
+                    started_at=layout.began,
+                ).write(workdir)
                 trainer = next((p for p in processes.started if p.name == "trainer"), None)
                 return watch(core, trainer)
             except KeyboardInterrupt:
                 # A second Ctrl-C must not cut the report or the cleanup short.
                 for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                     signal.signal(signum, signal.SIG_IGN)
-                print("\ndemo: writing the run report ...", flush=True)
-                report_on(args, workdir, began)
-                print("demo: stopping ...", flush=True)
+                say("\ndemo: writing the run report ...")
+                report_on(args, report_dir, layout.began)
+                say("demo: stopping ...")
                 return 0
             finally:
                 # A second Ctrl-C must not cut the cleanup short and leave processes behind.
                 for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                     signal.signal(signum, signal.SIG_IGN)
+                forget(workdir)
     except (StackError, OSError) as error:
-        print(f"demo: {error}", file=sys.stderr)
+        say(f"demo: {error}", error=True)
         return 1
     finally:
-        print("demo: stopped everything it started.", flush=True)
+        say("demo: stopped everything it started.")
 
 
 def start(
@@ -227,7 +293,9 @@ def start(
     run = demo_run(args.scenario)
     if not args.no_train:
         preflight(args.scenario)
-        processes.start(trainer_process(workdir, args.exporter.url, run))
+        processes.start(
+            trainer_process(workdir, args.exporter.url, run, baseline_steps=BASELINE_STEPS)
+        )
     alertmanager = processes.start(
         alertmanager_process(
             alertmanager_bin,
@@ -252,6 +320,13 @@ def start(
         f"{args.prometheus.url}/-/ready",
     )
     training = "off (--no-train)" if args.no_train else f"run {run} on 2 CPU replicas"
+    # The speed-up is of CPU replicas sharing this machine's cores, not of two GPUs: said once.
+    measured = (
+        ""
+        if args.no_train
+        else f"Speed-up: {BASELINE_STEPS} steps on 1 CPU replica first, then both; it measures "
+        "this machine's CPUs, not GPUs.\n"
+    )
     rules = RULES.relative_to(REPO)
     routes = ALERTMANAGER_CONFIG.relative_to(REPO)
     rows = [
@@ -262,11 +337,14 @@ def start(
         ("receiver", f"{receiver.url}/", "notifications are printed below as they arrive"),
     ]
     table = "\n".join(f"  {name:13} {where:34} {what}" for name, where, what in rows)
-    print(
+    say(
         f"\nmirrorwatch demo: scenario {args.scenario} on a simulated dual-GPU host\n{table}\n"
         f"Expect: Watchdog at once; {expectation(args.scenario)}\n"
-        f"Logs and data: {workdir}. Ctrl-C stops everything.\n",
-        flush=True,
+        f"{measured}"
+        "No Grafana here (its dashboards come with `docker compose up -d`): watch this terminal, "
+        f"{args.prometheus.url}/alerts and /graph, {args.alertmanager.url}/ and the run report "
+        "(`make report`, and on Ctrl-C).\n"
+        f"Logs and data: {workdir}. Ctrl-C writes the report and stops everything.\n"
     )
     return [exporter, alertmanager, prometheus]
 
@@ -278,18 +356,17 @@ def watch(core: list[Process], trainer: Process | None) -> int:
         time.sleep(1.0)
         for process in core:
             if not process.alive():
-                print(
+                say(
                     f"demo: {process.name} exited with code {process.returncode}:\n"
                     + process.log_tail(),
-                    file=sys.stderr,
+                    error=True,
                 )
                 return 1
         if trainer is not None and not trainer.alive() and not trainer_reported:
             trainer_reported = True
-            print(
+            say(
                 f"{time.strftime('%H:%M:%S')} training stopped (exit code {trainer.returncode}); "
-                f"see {trainer.log_path}",
-                flush=True,
+                f"see {trainer.log_path}"
             )
 
 

@@ -96,8 +96,17 @@ def _host_label(labels: Mapping[str, str]) -> str | None:
     return "instance" if "instance" in labels else None
 
 
-def format_notification(notification: Notification) -> str:
-    """One line per alert: time, state, name, severity, the telling labels and the summary."""
+def format_notification(
+    notification: Notification,
+    *,
+    details: bool = False,
+    runbook: Callable[[str], str] = str,
+) -> str:
+    """One line per alert: time, state, name, severity, the telling labels and the summary.
+
+    With ``details``, a firing alert also gets its description and runbook link (``runbook``
+    rewrites the link, e.g. to the local file), indented under it: what Alertmanager shows.
+    """
     clock = time.strftime("%H:%M:%S", time.localtime(notification.received_at))
     lines = []
     for alert in notification.alerts:
@@ -110,6 +119,12 @@ def format_notification(notification: Notification) -> str:
             f"{alert.name} {severity} {labels}".rstrip()
             + (f" -- {summary}" if summary else "")
         )
+        if details and alert.status == "firing":
+            description = " ".join(alert.annotations.get("description", "").split())
+            if description:
+                lines.append(f"           {description}")
+            if alert.annotations.get("runbook_url"):
+                lines.append(f"           runbook: {runbook(alert.annotations['runbook_url'])}")
     return "\n".join(lines)
 
 

@@ -37,6 +37,8 @@ RULES = REPO / "alerts" / "mirrorwatch.rules.yml"
 THRESHOLDS = REPO / "alerts" / "thresholds.yml"
 ALERTMANAGER_CONFIG = REPO / "alerts" / "alertmanager.yml"
 TEMPLATE = REPO / "alerts" / "mirrorwatch.tmpl"
+# The checkout's runbook: the demo's terminal and reports link it by path, which opens offline.
+RUNBOOK = REPO / "docs" / "runbook.md"
 # Where alerts/alertmanager.yml sends every notification: the demo receiver's default address.
 DEMO_RECEIVER_URL = "http://127.0.0.1:9095"
 # The scrape job that prometheus/prometheus.yml points at the exporter (the rules want it).
@@ -232,11 +234,14 @@ def trainer_process(
     interval: float = 5.0,
     steps: int = 1000,
     epochs: int = 100_000,
+    baseline_steps: int = 0,
 ) -> Process:
     """mirrorwatch-train on two CPU replicas standing in for the exporter's first two GPUs.
 
     It runs at low priority (nice 10) so that the exporter and Prometheus stay responsive on a
-    small machine, and trains until stopped unless ``steps`` x ``epochs`` runs out first.
+    small machine, and trains until stopped unless ``steps`` x ``epochs`` runs out first. With
+    ``baseline_steps`` it first trains that many on one replica, so that the run publishes its
+    speed-up and scaling efficiency.
     """
     trainer = project_script("mirrorwatch-train")
     if trainer is None:
@@ -255,6 +260,7 @@ def trainer_process(
         f"--url={exporter_url}",
         f"--run={run}",
         f"--interval={interval:g}",
+        f"--baseline-steps={baseline_steps}",
         "--verbose=0",
     ]
     return Process("trainer", args, workdir / "trainer.log", env)

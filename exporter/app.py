@@ -63,12 +63,18 @@ def create_app(settings: Settings, backend: GpuBackend, clock: Clock | None = No
             yield
         finally:
             backend.shutdown()
+            log.info("stopped: every request answered, the GPU backend shut down")
 
     app = FastAPI(
         title="mirrorwatch exporter",
         version=__version__,
         summary="GPU metrics for training hosts, and training telemetry ingest.",
         lifespan=lifespan,
+        # No Swagger UI or ReDoc: FastAPI loads both from a CDN (fastapi/openapi/docs.py,
+        # get_swagger_ui_html's cdn.jsdelivr.net URLs), so they are blank on an offline GPU
+        # host. The OpenAPI document itself, /openapi.json, needs nothing from outside.
+        docs_url=None,
+        redoc_url=None,
     )
     # Ingest first: routes are matched in order, and pushes are the most frequent request.
     for module in (ingest, metrics, health, gpus, landing):

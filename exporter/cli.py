@@ -9,6 +9,7 @@ line that names it; nothing else is started by then.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import sys
@@ -25,6 +26,7 @@ from mirrorwatch.exporter.collectors.registry import select_collectors
 from mirrorwatch.exporter.factory import build_backend
 from mirrorwatch.exporter.ingest.protocol import bounded_protocol
 from mirrorwatch.exporter.logs import configure_logging, logging_config
+from mirrorwatch.exporter.plain_errors import plain_message
 from mirrorwatch.exporter.server import QuietServer
 from mirrorwatch.exporter.settings import (
     ENV_PREFIX,
@@ -36,6 +38,7 @@ from mirrorwatch.exporter.settings import (
 from mirrorwatch.exporter.vocabulary import Address
 
 PROG = "mirrorwatch-exporter"
+log = logging.getLogger("mirrorwatch.exporter")
 _REFUSED = "refused_"  # where a secret given as a flag lands, to be refused
 
 
@@ -63,14 +66,30 @@ def _is_secret(field: FieldInfo) -> bool:
     return SecretStr in _kinds(field.annotation)
 
 
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
 def _argument(name: str, field: FieldInfo) -> dict[str, Any]:
     """add_argument's options for a settings field: type or choices, placeholder and help."""
     options: dict[str, Any] = {"dest": name}
     kind = _kinds(field.annotation)[0]
     if get_origin(kind) is Literal:
         options["choices"] = list(get_args(kind))
-    elif kind in (int, float):
-        options["type"] = kind  # "invalid int value: 'two'" before pydantic sees it
+    elif kind is int:
+        options["type"] = _whole_number  # said before pydantic sees it
+    elif kind is float:
+        options["type"] = _number
     extra = field.json_schema_extra
     if isinstance(extra, dict) and "metavar" in extra:
         options["metavar"] = extra["metavar"]
@@ -102,7 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             parser.add_argument(flag(name), **_argument(name, field))
     parser.add_argument(
-        "--list-scenarios", action="store_true", help="print the built-in scenarios and exit"
+        "--list-scenarios",
+        action="store_true",
+        help="print the built-in scenarios, each with what it simulates, and exit",
     )
     return parser
 
@@ -130,7 +151,7 @@ def load_settings(args: argparse.Namespace) -> Settings:
     except ValidationError as error:
         first = error.errors()[0]
         where = source(str(first["loc"][0])) if first["loc"] else "settings"
-        raise UsageError(f"{where}: {first['msg']}") from None
+        raise UsageError(f"{where}: {plain_message(first)}") from None
     try:
         select_collectors(settings.collectors)
     except ValueError as error:
@@ -174,9 +195,9 @@ def run(argv: list[str] | None = None) -> int:
     # The simulator is imported only when asked for: on a GPU host it would be ~3 MiB of RSS
     # (YAML, scenario models) for nothing.
     if args.list_scenarios:
-        from mirrorwatch.exporter.simulate.scenario import builtin_scenarios
+        from mirrorwatch.exporter.simulate.listing import scenario_list
 
-        print("\n".join(builtin_scenarios()))
+        print(scenario_list())
         return 0
     settings = load_settings(args)
     try:
@@ -201,6 +222,15 @@ def run(argv: list[str] | None = None) -> int:
         log_config=logging_config(settings.log_level, settings.log_format),
         timeout_graceful_shutdown=5,
     )
+    host, port = sock.getsockname()[:2]
+    log.info(
+        "%s %s serving http://%s/ (backend %s)",
+        PROG,
+        __version__,
+        Address(host, port),
+        backend.kind,
+        extra={"listen": str(Address(host, port)), "backend": backend.kind},
+    )
     # No 10 Hz tick: idle, the exporter's event loop sleeps (server.py).
     QuietServer(config).run(sockets=[sock])
     return 0
@@ -212,4 +242,9 @@ def main(argv: list[str] | None = None) -> None:
     except UsageError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         code = 2
+    except KeyboardInterrupt:
+        # uvicorn shuts down cleanly on Ctrl-C, then raises the signal again (server.py,
+        # capture_signals) so the default handler ends the process: for SIGINT that is this
+        # KeyboardInterrupt, which is the normal way out, not an error to show a traceback for.
+        code = 130
     sys.exit(code)

@@ -59,6 +59,10 @@ def logging_config(level: str, fmt: str) -> dict[str, Any]:
         "loggers": {
             "mirrorwatch": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
             "uvicorn": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
+            # uvicorn's server logger is named `uvicorn.error` but logs its start and stop at
+            # INFO ("Started server process", "Application startup complete"); the exporter
+            # says where it serves and when it stops itself (cli.py). Its errors still show.
+            "uvicorn.error": {"level": "WARNING"},
             # One line per scrape is noise on a host scraped every few seconds.
             "uvicorn.access": {"handlers": ["stderr"], "level": "WARNING", "propagate": False},
         },

@@ -129,8 +129,10 @@ class Address:
         """ValueError, naming the expected form, for anything but HOST:PORT with port 1..65535."""
         host, sep, port = text.strip().rpartition(":")
         host = host.strip("[]")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not host or not port.isdigit():
             raise ValueError(f"expected HOST:PORT such as 127.0.0.1:9090, got {text!r}")
+        if not 0 < int(port) < 65536:
+            raise ValueError(f"port {port} is out of range 1..65535 in {text!r}")
         return cls(host, int(port))
 
     def __str__(self) -> str:

@@ -10,7 +10,18 @@ from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.prometheus import Prometheus, Series
 from mirrorwatch.report.scope import Scope
-from mirrorwatch.report.svg import Band, Line, Plot, Row, legend, line_chart, spans, timeline
+from mirrorwatch.report.svg import (
+    SEVERITY_COLORS,
+    Band,
+    Line,
+    Plot,
+    Row,
+    format_value,
+    legend,
+    line_chart,
+    spans,
+    timeline,
+)
 
 
 @dataclass
@@ -96,7 +107,7 @@ class Charts:
         def band(chart: Chart) -> list[Band]:
             return [
                 Band(
-                    f"run mean ±{limit * 100:g} pp",
+                    f"run mean ±{format_value(limit, 'points')}",
                     [(t, v - limit) for t, v in s.points],
                     [(t, v + limit) for t, v in s.points],
                 )
@@ -106,7 +117,8 @@ class Charts:
         return self._lines(
             "utilization",
             "Utilisation of each GPU against the run mean",
-            f"1-minute mean utilisation; the band is the mean ±{limit * 100:g} percentage points.",
+            "1-minute mean utilisation; the band is the mean "
+            f"±{format_value(limit, 'points')} (percentage points).",
             "ratio",
             [(q.gpu_utilization_mean(sel, "1m"), _gpu, False)],
             band,
@@ -118,9 +130,9 @@ class Charts:
         return self._lines(
             "spread",
             "Utilisation spread against the threshold",
-            "Busiest minus least busy GPU (1-minute means); dashed: GpuUtilizationImbalance's "
-            f"{limit * 100:g} points.",
-            "ratio",
+            "Busiest minus least busy GPU (1-minute means), in percentage points (pp); dashed: "
+            f"GpuUtilizationImbalance's {format_value(limit, 'points')}.",
+            "points",
             [
                 (q.gpu_utilization_spread(sel, "1m"), lambda s: "spread", False),
                 (threshold, lambda s: "threshold", True),
@@ -263,6 +275,7 @@ class Charts:
         for series in self._range(chart, query):
             gpu = series.label("gpu")
             label = series.label("alertname") + (f" (GPU {gpu})" if gpu else "")
-            rows.append(Row(label, spans(series.points, s.step)))
+            colour = SEVERITY_COLORS.get(series.label("severity"), SEVERITY_COLORS["info"])
+            rows.append(Row(label, spans(series.points, s.step), colour))
         rows.sort(key=lambda r: (r.label == "Watchdog", r.label))
         return self._timeline(chart, rows, "no alert fired in this range")

@@ -2,7 +2,7 @@
 
     mirrorwatch-report --prometheus URL (--run RUN | --instance HOST:PORT [--host NAME])
                        [--since 1h | --start T --end T] --out DIR
-                       [--compare RUN] [--compare-start T --compare-end T]
+                       [--compare RUN] [--compare-start T --compare-end T] [--runbook FILE]
 
 Writes DIR/findings.json and DIR/report.html. Bad flags, an unreachable Prometheus, an unknown
 run or an empty range (of either run): one line on stderr and exit code 2.
@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +64,23 @@ def _instance(text: str) -> str:
     return text
 
 
+def _prometheus_url(text: str) -> str:
+    parts = urllib.parse.urlsplit(text)
+    if "://" not in text:
+        raise argparse.ArgumentTypeError(f"add http:// (or https://): http://{text}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"expected an http:// or https:// URL such as http://127.0.0.1:9090, got {text!r}"
+        )
+    return text
+
+
+def _runbook_file(text: str) -> Path:
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return Path(text)
+
+
 def _host(text: str) -> str:
     # A label value quoted into PromQL: no quote or backslash can end the string.
     if not text or any(c in text for c in '"\\\n'):
@@ -84,7 +103,13 @@ def _time(text: str) -> float:
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Why a training run was slower than it should have been.")
-    p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus-compatible URL")
+    p.add_argument(
+        "--prometheus",
+        required=True,
+        type=_prometheus_url,
+        metavar="URL",
+        help="Prometheus-compatible URL, e.g. http://127.0.0.1:9090",
+    )
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--run", type=_run, help="the run id the trainer reported")
     who.add_argument("--instance", type=_instance, metavar="HOST:PORT", help="an exporter")
@@ -98,6 +123,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start", type=_time, metavar="T", help="range start: unix seconds or RFC 3339")
     p.add_argument("--end", type=_time, metavar="T", help="range end: unix seconds or RFC 3339")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to write")
+    p.add_argument(
+        "--runbook",
+        type=_runbook_file,
+        metavar="FILE",
+        help="a local copy of docs/runbook.md to link, relative to the page, so that it opens "
+        "offline (default: thresholds.yml's runbook_url)",
+    )
     p.add_argument("--compare", type=_run, metavar="RUN", help="a second run, set beside the first")
     p.add_argument(
         "--compare-start",
@@ -175,16 +207,28 @@ def write_report(
     out: Path,
     host: str | None = None,
     compare: Second | None = None,
+    *,
+    runbook: Path | None = None,
 ) -> Path:
     """Ask Prometheus and write DIR/findings.json and DIR/report.html; the page's path. With
-    ``compare``, the second run or range is set beside the first on both."""
+    ``compare``, the second run or range is set beside the first on both.
+
+    ``runbook``: a local runbook file, linked relative to the page so it opens offline (the
+    demo's checkout has docs/runbook.md); without it the page links thresholds.yml's
+    runbook_url.
+    """
     thresholds = load_thresholds()
     prometheus = Prometheus(url)
     prometheus.check()
+    runbook_url = (
+        thresholds.runbook_url
+        if runbook is None
+        else os.path.relpath(runbook.resolve(), out.resolve()).replace(os.sep, "/")
+    )
     scope, analysis, charts = _analysed(prometheus, run, instance, start, end, thresholds, host)
     if compare is None:
         data = analysis.as_json()
-        html = render(analysis, charts.all(), url, thresholds.runbook_url)
+        html = render(analysis, charts.all(), url, runbook_url)
     else:
         try:
             other = _analysed(
@@ -203,7 +247,7 @@ def write_report(
         names = (subject(analysis.headline), subject(other[1].headline))
         both = side_by_side((scope, charts), (other[0], other[2]), names)
         data = comparison.as_json()
-        html = render_comparison(comparison, charts.all(), both, url, thresholds.runbook_url)
+        html = render_comparison(comparison, charts.all(), both, url, runbook_url)
     out.mkdir(parents=True, exist_ok=True)
     findings = out / "findings.json"
     findings.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -220,7 +264,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("argument --host: needs --instance")
         second = _second(args, start, end)
         page = write_report(
-            args.prometheus, args.run, args.instance, start, end, args.out, args.host, second
+            args.prometheus,
+            args.run,
+            args.instance,
+            start,
+            end,
+            args.out,
+            args.host,
+            second,
+            runbook=args.runbook,
         )
     except UsageError as error:
         print(f"{PROG}: {error}", file=sys.stderr)

@@ -162,9 +162,10 @@ def _finding(number: int, f: Finding, charts: Mapping[str, Chart], runbook_url: 
         f"<tr><td>{escape(fig.name)}</td><td class='num'>{_value(fig)}</td></tr>"
         for fig in f.figures
     )
+    # The link says where it goes: a web address in full, a local file by its path.
+    target = f"{runbook_url}#{f.runbook.partition('#')[2]}"
     link = (
-        f'<a href="{escape(runbook_url)}#{escape(f.runbook.partition("#")[2])}">'
-        f"{escape(f.runbook)}</a>"
+        f'<a href="{escape(target)}">{escape(target)}</a>'
         if f.runbook.startswith("docs/runbook.md")
         else escape(f.runbook)
     )

@@ -36,6 +36,14 @@ class Band:
 class Row:
     label: str
     spans: Sequence[tuple[float, float]]  # (from, to) unix seconds while active
+    color: str | None = None  # by what the row means (an alert's severity); else the palette
+
+
+# An alert's bar says how much it matters: red pages, amber warns, grey is information
+# (Watchdog, which fires all the time on purpose).
+SEVERITY_COLORS = {"critical": "#c0392b", "warning": "#e08a00", "info": "#8a95a3"}
+# The widths a PCIe link trains at: the only ticks a lane axis should show.
+LANE_WIDTHS = (1, 2, 4, 8, 16, 32)
 
 
 @dataclass
@@ -48,7 +56,13 @@ class Plot:
 
 
 def format_value(value: float, unit: str) -> str:
-    """A value as a person reads it: 95%, 87 °C, 1.98 GHz, x16, 1,234/s, 40 ms."""
+    """A value as a person reads it: 95%, 15.2 pp, 87 °C, 1.98 GHz, x16, 1,234/s, 40 ms.
+
+    ``points`` is a difference of two ratios (a utilisation spread), in percentage points,
+    so that one spread reads the same in a summary, a figure and a chart's axis.
+    """
+    if unit == "points":
+        return f"{value * 100:.1f} pp"
     if unit == "ratio":
         return f"{value * 100:.0f}%" if abs(value) >= 0.1 else f"{value * 100:.1f}%"
     if unit == "celsius":
@@ -66,7 +80,9 @@ def format_value(value: float, unit: str) -> str:
     return f"{value:.3g}"
 
 
-def _ticks(low: float, high: float, count: int = 4) -> list[float]:
+def _ticks(low: float, high: float, count: int = 4, unit: str = "") -> list[float]:
+    if unit == "lanes":
+        return [float(w) for w in LANE_WIDTHS if low <= w <= high]
     span = high - low
     raw = span / count
     magnitude = 10 ** math.floor(math.log10(raw))
@@ -107,7 +123,9 @@ def line_chart(name: str, plot: Plot) -> str:
     low, high = low - pad, high + pad
     if plot.unit == "ratio" and max(values) <= 1:
         low, high = max(low, 0.0), min(high, 1.02)
-    if plot.unit == "lanes":  # x8 against x16 reads at a glance only from zero
+    if min(values) >= 0:
+        # From zero, so a drop reads at its true size: 1,900 to 1,400 examples/s is a quarter
+        # off, not a collapse; and x8 against x16 is half.
         low = 0.0
     span_t = max(plot.end - plot.start, 1e-9)
 
@@ -118,7 +136,7 @@ def line_chart(name: str, plot: Plot) -> str:
         return bottom - (bottom - TOP) * (v - low) / (high - low)
 
     parts = [head]
-    for tick in _ticks(low, high):
+    for tick in _ticks(low, high, unit=plot.unit):
         parts.append(
             f'<line x1="{LEFT}" y1="{y(tick):.1f}" x2="{WIDTH - RIGHT}" '
             f'y2="{y(tick):.1f}" class="grid"/>'
@@ -184,7 +202,7 @@ def timeline(name: str, rows: Sequence[Row], start: float, end: float, empty: st
             f'<line x1="{left}" y1="{top + ROW - 1}" x2="{WIDTH - RIGHT}" '
             f'y2="{top + ROW - 1}" class="grid"/>'
         )
-        colour = PALETTE[i % len(PALETTE)]
+        colour = row.color or PALETTE[i % len(PALETTE)]
         for begin, finish in row.spans:
             width = max(x(finish) - x(begin), 1.5)
             parts.append(

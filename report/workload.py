@@ -10,6 +10,7 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
+from mirrorwatch.report.svg import format_value
 
 # A scrape interval this many times the usual one is a gap.
 GAP_FACTOR = 3.0
@@ -37,6 +38,9 @@ def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
         lagging = min(ours, key=lambda g: ours[g])
         leading = max(ours, key=lambda g: ours[g])
         labels = {"instance": instance, "gpu": lagging}
+        spread = ask.figure(
+            "spread of the range means", "points", spread_query, {"instance": instance}
+        )
         figures = [
             f
             for f in (
@@ -47,10 +51,8 @@ def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
                     means_query,
                     {"instance": instance, "gpu": leading},
                 ),
-                ask.figure(
-                    "spread of the range means", "ratio", spread_query, {"instance": instance}
-                ),
-                ask.figure("deviation from the run mean", "ratio", deviation_query, labels),
+                spread,
+                ask.figure("deviation from the run mean", "points", deviation_query, labels),
                 ask.figure(
                     f"share of the range above {limit:.0%}",
                     "ratio",
@@ -60,7 +62,8 @@ def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
             )
             if f is not None
         ]
-        gap = ours[leading] - ours[lagging]
+        # The summary quotes the figure shown under it, so one spread reads as one number.
+        gap = spread.value if spread is not None else ours[leading] - ours[lagging]
         findings.append(
             Finding(
                 "imbalance",
@@ -68,8 +71,8 @@ def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
                 instance,
                 share,
                 f"GPU {lagging} lags: {ours[lagging]:.0%} busy against GPU {leading}'s "
-                f"{ours[leading]:.0%} ({gap * 100:.1f} percentage points); the spread was above "
-                f"{limit * 100:g} points for {share:.0%} of the range.",
+                f"{ours[leading]:.0%} ({format_value(gap, 'points')}, percentage points); the "
+                f"spread was above {format_value(limit, 'points')} for {share:.0%} of the range.",
                 figures,
                 runbook("GpuUtilizationImbalance"),
                 ("utilization", "spread"),

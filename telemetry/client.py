@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from mirrorwatch.exporter.vocabulary import MAX_WORKER, RUN_RULE, is_run_id
 from mirrorwatch.telemetry.comm import CommMeter
 from mirrorwatch.telemetry.meter import StepMeter
-from mirrorwatch.telemetry.pusher import Endpoint, Pusher
+from mirrorwatch.telemetry.pusher import DEFAULT_URL, Endpoint, Pusher
 from mirrorwatch.telemetry.snapshot import DeviceProbe, SnapshotBuilder
 
-DEFAULT_URL = "http://127.0.0.1:9848"
 # All the end of training may wait for the last snapshot: connect, send and answer together.
 FINAL_PUSH_DEADLINE_SECONDS = 1.0
 

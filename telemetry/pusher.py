@@ -35,6 +35,10 @@ class Outcome(Enum):
     UNREACHABLE = "unreachable"  # connection refused, timeout, 5xx: try again later
 
 
+# Where telemetry goes when neither the caller nor MIRRORWATCH_URL says: the exporter's port.
+DEFAULT_URL = "http://127.0.0.1:9848"
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where one worker's snapshots go: ``PUT {url}/api/v1/runs/{run}/workers/{worker}``."""

@@ -15,8 +15,10 @@ import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
-from mirrorwatch.exporter.vocabulary import RUN_RULE, is_run_id
+from mirrorwatch.exporter.vocabulary import RUN_RULE, Address, is_run_id
+from mirrorwatch.telemetry.pusher import DEFAULT_URL
 
 MODELS = ("cnn", "resnet50", "transformer")  # see mirrorwatch.trainer.models
 DEVICES = ("auto", "gpu", "cpu")  # see mirrorwatch.trainer.training.mirrored_strategy
@@ -68,15 +70,47 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _exporter_url(text: str) -> str:
+    """http(s)://HOST:PORT[/path], or HOST:PORT for http; the URL as the callback takes it."""
+    expected = f"expected the exporter's URL such as {DEFAULT_URL}, got {text!r}"
+    if "://" not in text:
+        try:
+            return Address.parse(text).url
+        except ValueError:
+            raise argparse.ArgumentTypeError(expected) from None
+    parts = urlsplit(text)
+    try:
+        port = parts.port
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"port out of range 1..65535 in {text!r}") from None
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or (port is not None and port < 1)
+    ):
+        raise argparse.ArgumentTypeError(expected)
+    return text
+
+
 def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="mirrorwatch-train",
         description="Train a model under MirroredStrategy with mirrorwatch telemetry.",
     )
     p.add_argument("--model", choices=MODELS, default="cnn", help="what to train (default cnn)")
-    p.add_argument("--batch-size", type=_positive, default=64, help="global batch size")
-    p.add_argument("--steps", type=_positive, default=100, help="steps per epoch (default 100)")
-    p.add_argument("--epochs", type=_positive, default=1)
+    p.add_argument(
+        "--batch-size",
+        type=_positive,
+        default=64,
+        metavar="N",
+        help="global batch size, split evenly over the replicas (default 64)",
+    )
+    p.add_argument(
+        "--steps", type=_positive, default=100, metavar="N", help="steps per epoch (default 100)"
+    )
+    p.add_argument(
+        "--epochs", type=_positive, default=1, metavar="N", help="epochs to train (default 1)"
+    )
     p.add_argument(
         "--cpu-replicas",
         type=_positive,
@@ -89,17 +123,33 @@ def parser() -> argparse.ArgumentParser:
         default="auto",
         help="gpu: the GPUs or exit 2; cpu: --cpu-replicas CPUs; auto (default): GPUs if any",
     )
-    p.add_argument("--steps-per-execution", type=_positive, default=1, help=KERAS_19246)
+    p.add_argument(
+        "--steps-per-execution", type=_positive, default=1, help=f"(default 1) {KERAS_19246}"
+    )
     p.add_argument("--mixed-precision", action="store_true", help="float16 (bfloat16 on CPU)")
     p.add_argument("--image-size", type=_positive, help="image side (224 resnet50, else 32)")
     p.add_argument("--data", help="an image directory (a folder per class) or TFRecord file(s)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the synthetic data and shuffling (default 0)",
+    )
     p.add_argument("--checkpoint-dir", help="back up here and resume from here after a crash")
     p.add_argument("--checkpoint-every", type=_positive, default=1000, help="steps (default 1000)")
     p.add_argument(
         "--scaling-benchmark",
         action="store_true",
         help="train --steps steps on 1 replica, then on all; report speedup and efficiency",
+    )
+    p.add_argument(
+        "--baseline-steps",
+        type=_index,
+        default=0,
+        metavar="N",
+        help="first train N steps on 1 replica, so that telemetry carries the speed-up and "
+        "scaling efficiency of the run (default 0: no baseline; at least 3 when given)",
     )
     p.add_argument(
         "--multi-worker",
@@ -113,11 +163,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--task-index", type=_index, help="with --cluster: this worker's place in it, from 0"
     )
-    p.add_argument("--url", help="exporter URL (default $MIRRORWATCH_URL or 127.0.0.1:9848)")
+    p.add_argument(
+        "--url",
+        type=_exporter_url,
+        help=f"exporter URL, http://HOST:PORT (default $MIRRORWATCH_URL or {DEFAULT_URL})",
+    )
     p.add_argument("--run", help="run id (default $MIRRORWATCH_RUN or a fresh id)")
     p.add_argument("--token-file", help="file with the ingest token ($MIRRORWATCH_INGEST_TOKEN)")
-    p.add_argument("--interval", type=_seconds, default=5.0, help="seconds between pushes")
-    p.add_argument("--verbose", choices=("auto", "0", "1", "2"), default="auto")
+    p.add_argument(
+        "--interval",
+        type=_seconds,
+        default=5.0,
+        metavar="S",
+        help="seconds between telemetry pushes to the exporter (default 5)",
+    )
+    p.add_argument(
+        "--verbose",
+        choices=("auto", "0", "1", "2"),
+        default="auto",
+        help="Keras progress output: 0 none, 1 a progress bar, 2 a line per epoch; auto "
+        "(default): Keras's choice, 1 here",
+    )
     return p
 
 
@@ -198,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for flag, given in (
             ("--checkpoint-dir", args.checkpoint_dir),
             ("--scaling-benchmark", args.scaling_benchmark),
+            ("--baseline-steps", args.baseline_steps),
         ):
             if given:
                 _fail(f"{flag} is not available with --multi-worker yet")
@@ -212,6 +279,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             _fail(f"--checkpoint-dir resumes on Keras 3 only: unset {keras_api.LEGACY_KERAS_ENV}")
     if args.scaling_benchmark and args.steps < 3:
         _fail("--steps must be at least 3 with --scaling-benchmark (the first step is tracing)")
+    if 0 < args.baseline_steps < 3:
+        _fail("--baseline-steps must be 0 or at least 3 (the first step is tracing)")
+    if args.baseline_steps and args.scaling_benchmark:
+        _fail("--baseline-steps: --scaling-benchmark measures its own baseline")
+    if args.url is None and os.environ.get("MIRRORWATCH_URL"):
+        try:
+            _exporter_url(os.environ["MIRRORWATCH_URL"])
+        except argparse.ArgumentTypeError as error:
+            _fail(f"MIRRORWATCH_URL: {error}")
     if args.data is not None and not os.path.exists(args.data):
         _fail(f"--data: no such file or directory: {args.data}")
     token = _token(args)
@@ -267,6 +343,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(result.table(), flush=True)
         print(json.dumps(result.as_dict()), flush=True)
         return 0
+    if args.baseline_steps:
+        per_replica = args.batch_size // in_sync
+        print(
+            f"mirrorwatch-train: speed-up baseline, {args.baseline_steps} steps on 1 replica "
+            f"({devices[0]}, batch {per_replica})",
+            flush=True,
+        )
+        baseline = training.single_replica_throughput(
+            job, devices, per_replica, args.baseline_steps, verbose
+        )
+        callback.set_scaling_baseline(baseline)
+        print(f"mirrorwatch-train: baseline {baseline:.1f} examples/s on 1 replica", flush=True)
     training.train(
         job,
         strategy,

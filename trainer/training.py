@@ -222,6 +222,24 @@ class ScalingResult:
         }
 
 
+def single_replica_throughput(
+    job: Job, devices: list[str], per_replica_batch: int, steps: int, verbose: Any
+) -> float:
+    """Examples per second of the model on ``devices[0]`` alone, at the per-replica batch.
+
+    The baseline that speed-up and scaling efficiency are measured against: weak scaling,
+    so each replica of the real run gets this same batch. The first (tracing) step is left out.
+    """
+    meter = _Throughput()
+    with tf.distribute.MirroredStrategy(devices[:1]).scope():
+        single = build_model(job)
+    single.fit(
+        dataset(job, per_replica_batch), epochs=1, steps_per_epoch=steps, callbacks=[meter],
+        verbose=verbose, shuffle=False,
+    )  # fmt: skip
+    return meter.steps_per_second() * per_replica_batch
+
+
 def scaling_benchmark(
     job: Job,
     strategy: Any,
@@ -239,14 +257,7 @@ def scaling_benchmark(
     """
     per_replica = global_batch_size // len(devices)
     print(f"mirrorwatch-train: scaling benchmark, {steps} steps on 1 replica", flush=True)
-    baseline = _Throughput()
-    with tf.distribute.MirroredStrategy(devices[:1]).scope():
-        single = build_model(job)
-    single.fit(
-        dataset(job, per_replica), epochs=1, steps_per_epoch=steps, callbacks=[baseline],
-        verbose=verbose, shuffle=False,
-    )  # fmt: skip
-    baseline_examples = baseline.steps_per_second() * per_replica
+    baseline_examples = single_replica_throughput(job, devices, per_replica, steps, verbose)
     callback.set_scaling_baseline(baseline_examples)
     print(
         f"mirrorwatch-train: scaling benchmark, {steps} steps on {len(devices)} replicas",

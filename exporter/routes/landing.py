@@ -22,7 +22,7 @@ PAGE = """<!doctype html>
 <li><a href="api/v1/gpus">/api/v1/gpus</a>: every GPU as JSON</li>
 <li><a href="healthz">/healthz</a>: liveness</li>
 <li><a href="readyz">/readyz</a>: readiness of the GPU backend</li>
-<li><a href="docs">/docs</a>: the HTTP API (OpenAPI)</li>
+<li><a href="openapi.json">/openapi.json</a>: the HTTP API (OpenAPI document)</li>
 </ul>
 </body></html>
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from mirrorwatch.exporter.cli import build_parser, load_settings, main
 from mirrorwatch.exporter.settings import Settings
+from mirrorwatch.exporter.simulate.scenario import builtin_scenarios, load_scenario
 from tests.exporter.exporter_process import EXPORTER
 
 
@@ -30,11 +32,11 @@ def test_unknown_flag(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_gpu_count_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
     message = fail(["--simulate", "healthy", "--gpus", "65"], capsys)
-    assert message == "--gpus: Input should be less than or equal to 64"
+    assert message == "--gpus: must be at most 64, got 65"
 
 
 def test_gpu_count_not_a_number(capsys: pytest.CaptureFixture[str]) -> None:
-    assert fail(["--gpus", "two"], capsys) == "argument --gpus: invalid int value: 'two'"
+    assert fail(["--gpus", "two"], capsys) == "argument --gpus: expected a whole number, got 'two'"
 
 
 def test_gpus_without_simulate(capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,9 +45,12 @@ def test_gpus_without_simulate(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_bad_listen_address(capsys: pytest.CaptureFixture[str]) -> None:
     message = fail(["--simulate", "healthy", "--listen", "localhost"], capsys)
-    assert message == (
-        "--listen: Value error, expected HOST:PORT such as 127.0.0.1:9090, got 'localhost'"
-    )
+    assert message == "--listen: expected HOST:PORT such as 127.0.0.1:9090, got 'localhost'"
+
+
+def test_a_port_out_of_range_is_said_to_be(capsys: pytest.CaptureFixture[str]) -> None:
+    message = fail(["--simulate", "healthy", "--listen", "127.0.0.1:99999"], capsys)
+    assert message == "--listen: port 99999 is out of range 1..65535 in '127.0.0.1:99999'"
 
 
 def test_bad_environment_variable_is_named(
@@ -53,7 +58,22 @@ def test_bad_environment_variable_is_named(
 ) -> None:
     monkeypatch.setenv("MIRRORWATCH_EXPECTED_GPUS", "lots")
     message = fail(["--simulate", "healthy"], capsys)
-    assert message.startswith("MIRRORWATCH_EXPECTED_GPUS: Input should be a valid integer")
+    assert message == "MIRRORWATCH_EXPECTED_GPUS: expected a whole number, got 'lots'"
+
+
+def test_a_variable_out_of_range_or_choices_says_the_bound(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MIRRORWATCH_GPUS", "99")
+    assert (
+        fail(["--simulate", "healthy"], capsys) == "MIRRORWATCH_GPUS: must be at most 64, got '99'"
+    )
+    monkeypatch.delenv("MIRRORWATCH_GPUS")
+    monkeypatch.setenv("MIRRORWATCH_LOG_LEVEL", "loud")
+    message = fail(["--simulate", "healthy"], capsys)
+    assert message == (
+        "MIRRORWATCH_LOG_LEVEL: expected one of 'debug', 'info', 'warning' or 'error', got 'loud'"
+    )
 
 
 def test_unknown_collector(capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,15 +118,13 @@ def test_list_scenarios_prints_every_builtin(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as exit_info:
         main(["--list-scenarios"])
     assert exit_info.value.code == 0
-    assert set(capsys.readouterr().out.split()) >= {
-        "healthy",
-        "imbalance",
-        "thermal-throttle",
-        "pcie-degraded",
-        "nvlink-errors",
-        "xid",
-        "gpu-lost",
-    }
+    out = capsys.readouterr().out
+    named = {line.split()[0] for line in out.splitlines() if not line.startswith(" ")}
+    assert named == set(builtin_scenarios())
+    # Each with what it simulates, from its own file.
+    first_words = " ".join(load_scenario("imbalance").description.split()[:4])
+    assert re.search(r"^imbalance +" + re.escape(first_words), out, re.MULTILINE)
+    assert max(len(line) for line in out.splitlines()) <= 100
 
 
 def test_console_script_exits_2_without_a_traceback() -> None:

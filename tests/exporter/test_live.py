@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -94,6 +95,22 @@ def test_simulated_dual_gpu_host_serves_every_contract_metric_lint_clean() -> No
     )
     assert (check.returncode, check.stdout + check.stderr) == (0, "")
     assert code in CLEAN_EXIT, log
+    assert "Traceback" not in log
+
+
+def test_the_exporter_logs_where_it_serves_under_its_own_name() -> None:
+    with running_exporter(["--simulate", "healthy"], wait_for="/readyz") as exporter:
+        exporter.process.send_signal(signal.SIGINT)  # Ctrl-C in a terminal
+        _, log = exporter.process.communicate(timeout=30)
+    entries = [json.loads(line) for line in log.splitlines()]
+    address = exporter.url.removeprefix("http://")
+    serving = [entry for entry in entries if entry.get("listen") == address]
+    assert [entry["logger"] for entry in serving] == ["mirrorwatch.exporter"]
+    assert f"serving {exporter.url}/" in serving[0]["msg"]
+    # uvicorn's start and stop chatter at INFO, under its misleading `uvicorn.error` name.
+    assert not [e for e in entries if e["logger"] == "uvicorn.error" and e["level"] == "info"]
+    assert entries[-1]["msg"].startswith("stopped")
+    assert exporter.process.returncode == 130, log  # Ctrl-C, without a traceback
     assert "Traceback" not in log
 
 

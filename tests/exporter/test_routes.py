@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 from collections.abc import Iterable, Iterator
 
 import pytest
@@ -150,6 +151,21 @@ def test_landing_page_links_every_endpoint(client: TestClient) -> None:
     for link in ("metrics", "api/v1/gpus", "healthz", "readyz"):
         assert f'href="{link}"' in page
     assert "backend nvml: ready" in page
+
+
+def test_every_linked_page_works_offline(client: TestClient) -> None:
+    # Each link of the landing page answers, and nothing the exporter serves as HTML pulls a
+    # script or style from another host (FastAPI's /docs loads Swagger UI from a CDN).
+    page = client.get("/").text
+    links = re.findall(r'href="([^"]+)"', page)
+    assert "openapi.json" in links
+    for link in links:
+        response = client.get("/" + link)
+        assert response.status_code == 200, link
+        if response.headers["content-type"].startswith("text/html"):
+            assert not re.search(r"(src|href)=\"https?://", response.text), link
+    assert client.get("/docs").status_code == 404
+    assert client.get("/redoc").status_code == 404
 
 
 def test_metrics_publish_the_configured_run_ttl_and_expected_gpus(backend: StaticBackend) -> None:

@@ -639,3 +639,81 @@ def test_a_bad_flag_is_one_line_naming_it(tmp_path: Path, args: list[str], flag:
 def test_a_missing_flag_is_named(tmp_path: Path) -> None:
     line = one_line_exit_2(report("--run", "r", "--out", str(tmp_path)))
     assert "--prometheus" in line
+
+
+# --- what the page shows, read from the browser's DOM ---------------------------------------
+
+
+def chart_in_browser(report: Report, name: str) -> str:
+    dom = browse(report.out / "report.html", "--dump-dom").stdout
+    found = re.search(rf'<svg class="chart" data-chart="{name}".*?</svg>', dom, re.S)
+    assert found is not None, name
+    return found.group(0)
+
+
+def y_ticks(svg: str) -> list[str]:
+    """The y axis's labels, bottom first (line_chart writes them right-aligned at the left)."""
+    from mirrorwatch.report.svg import LEFT
+
+    at = f'<text x="{LEFT - 6}" y="([\\d.]+)" text-anchor="end">([^<]*)</text>'
+    ticks = re.findall(at, svg)
+    return [label for _, label in sorted(ticks, key=lambda tick: -float(tick[0]))]
+
+
+def test_the_pcie_axis_reads_in_lane_widths(reports: Reports) -> None:
+    ticks = y_ticks(chart_in_browser(reports.by_scenario["pcie-degraded"], "pcie"))
+    assert {"x8", "x16"} <= set(ticks)
+    assert set(ticks) <= {"x1", "x2", "x4", "x8", "x16", "x32"}
+
+
+@pytest.mark.parametrize("name", ["utilization", "spread", "throughput", "temperature", "clocks"])
+def test_value_axes_start_at_zero(reports: Reports, name: str) -> None:
+    # A drop from 1,900 to 1,400 examples/s must read as a quarter off, not a collapse.
+    ticks = y_ticks(chart_in_browser(reports.by_scenario["imbalance"], name))
+    assert re.match(r"0([.,]0+)?\D", ticks[0] + " "), ticks
+
+
+def test_alert_bars_are_coloured_by_severity(reports: Reports) -> None:
+    from mirrorwatch.report.svg import SEVERITY_COLORS
+    from tests.stack.test_notices import rule
+
+    svg = chart_in_browser(reports.by_scenario["thermal-throttle"], "alerts")
+    bars = re.findall(r'<rect [^>]*fill="(#\w+)" class="span"><title>([^:]+):', svg)
+    assert "Watchdog" in {label for _, label in bars}
+    for fill, label in bars:
+        severity = rule(label.split(" (")[0])["labels"]["severity"]
+        if label.startswith("Watchdog"):
+            assert severity == "info"
+        assert fill == SEVERITY_COLORS[severity], label
+
+
+def test_one_spread_reads_the_same_in_the_summary_and_the_figures(reports: Reports) -> None:
+    page = (reports.by_scenario["imbalance"].out / "report.html").read_text()
+    figure = re.search(r"<td>spread of the range means</td><td class='num'>([^<]+)</td>", page)
+    assert figure is not None
+    assert figure.group(1).endswith(" pp")
+    summary = next(f["summary"] for f in reports.by_scenario["imbalance"].findings)
+    assert f"({figure.group(1)}, percentage points)" in summary
+
+
+def test_the_runbook_link_says_where_it_goes_and_a_local_one_opens_offline(
+    reports: Reports, tmp_path: Path
+) -> None:
+    published = (reports.by_scenario["imbalance"].out / "report.html").read_text()
+    links = re.findall(r'<a href="([^"]+)">([^<]+)</a>', published)
+    runbooks = [(href, text) for href, text in links if "runbook" in href]
+    assert runbooks
+    assert all(href == text for href, text in runbooks)  # no local-looking text on a web link
+    runbook = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
+    out = tmp_path / "with-local-runbook"
+    result = report(
+        "--prometheus", reports.hosts.prometheus, "--run", run_of("imbalance"),
+        "--since", "10m", "--out", str(out), "--runbook", str(runbook),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    dom = browse(out / "report.html", "--dump-dom").stdout
+    hrefs = [h for h in re.findall(r'<a href="([^"]+)">', dom) if "runbook" in h]
+    assert hrefs
+    for href in hrefs:
+        assert "://" not in href
+        assert (out / href.partition("#")[0]).resolve() == runbook

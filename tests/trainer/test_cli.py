@@ -53,6 +53,12 @@ def environment() -> dict[str, str]:
         (["--multi-worker"], "TF_CONFIG"),
         (["--multi-worker", "--checkpoint-dir", "/tmp/x"], "--checkpoint-dir"),
         (["--multi-worker", "--scaling-benchmark"], "--scaling-benchmark"),
+        (["--multi-worker", "--baseline-steps", "5"], "--baseline-steps"),
+        (["--baseline-steps", "2"], "--baseline-steps"),
+        (["--baseline-steps", "5", "--scaling-benchmark"], "--baseline-steps"),
+        (["--url", "nonsense"], "--url"),
+        (["--url", "ftp://host:1"], "--url"),
+        (["--url", "http://host:99999"], "--url"),
     ],
 )
 def test_bad_flag_exits_2_with_one_line_naming_it(flags: list[str], named: str) -> None:
@@ -60,6 +66,29 @@ def test_bad_flag_exits_2_with_one_line_naming_it(flags: list[str], named: str) 
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert named in result.stderr
+
+
+def test_a_bad_exporter_url_in_the_environment_is_named() -> None:
+    result = subprocess.run(
+        [TRAIN], capture_output=True, text=True, timeout=120,
+        env={**environment(), "MIRRORWATCH_URL": "nonsense"},
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "mirrorwatch-train: error: MIRRORWATCH_URL: expected the exporter's URL such as "
+        "http://127.0.0.1:9848, got 'nonsense'"
+    )
+
+
+def test_every_flag_says_what_it_does_and_its_default() -> None:
+    from mirrorwatch.trainer.cli import parser
+
+    for action in parser()._actions:
+        if action.dest == "help":
+            continue
+        assert action.help, action.option_strings
+        if action.default not in (None, False):
+            assert "default" in action.help, action.option_strings
 
 
 @pytest.mark.parametrize(
@@ -192,6 +221,23 @@ def test_killed_run_resumes_at_its_last_checkpoint(tmp_path: Path) -> None:
     assert {step + 20, step + 40} <= seen
     assert min(seen) >= step
     assert not checkpoints.exists()  # a finished run leaves nothing to resume from
+
+
+def test_baseline_steps_put_speedup_and_efficiency_into_the_run_telemetry() -> None:
+    with recording_exporter() as exporter:
+        result = train(
+            *TINY, "--devices", "cpu", "--batch-size", "16", "--steps", "8",
+            "--baseline-steps", "5", "--url", exporter.url, "--run", "baseline-cli",
+            timeout=300,  # two models built and traced: slow on a busy shared machine
+        )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    said = re.search(r"baseline ([0-9.]+) examples/s on 1 replica", result.stdout)
+    assert said is not None, result.stdout
+    final = exporter.snapshots[-1]
+    assert final.steps_total == 8  # the baseline's steps are not the run's
+    assert final.scaling is not None
+    assert final.scaling.speedup > 0
+    assert final.scaling.efficiency_ratio == pytest.approx(final.scaling.speedup / 2, rel=1e-3)
 
 
 def test_scaling_benchmark_reports_and_publishes_both_throughputs() -> None:

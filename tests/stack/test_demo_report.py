@@ -1,0 +1,193 @@
+"""The demo's run report: `make report` finds the running demo by itself, a failed restart
+deletes nothing, and the report is written even when the demo's stdout has gone away."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from demo import report as demo_report
+from demo.stack import REPO
+from demo.state import STATE_FILE, DemoState, StateError, running_demo
+from demo.terminal import say
+from mirrorwatch.report import cli as report_cli
+from tests.e2e.drill import binary
+from tests.stack.test_demo import demo_command, free_addresses
+
+WAIT_SECONDS = 60
+
+
+def _state(tmp_path: Path, *, pid: int, run: str | None) -> DemoState:
+    return DemoState(
+        pid=pid,
+        scenario="imbalance",
+        run=run,
+        instance="127.0.0.1:19848",
+        prometheus="http://127.0.0.1:19090",
+        report_dir=str(tmp_path / "reports" / "demo-imbalance-1"),
+        started_at=time.time() - 600,
+    )
+
+
+def _record_report_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The mirrorwatch-report command lines `make report` would run, instead of running them."""
+    asked: list[list[str]] = []
+
+    def record(argv: list[str]) -> int:
+        asked.append(argv)
+        return 0
+
+    monkeypatch.setattr(report_cli, "main", record)
+    return asked
+
+
+def test_make_report_takes_run_prometheus_and_range_from_the_running_demo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _state(tmp_path, pid=os.getpid(), run="demo-imbalance").write(tmp_path)
+    asked = _record_report_calls(monkeypatch)
+    assert demo_report.main([f"--workdir={tmp_path}"]) == 0
+    argv = asked[0]
+    assert argv[argv.index("--run") + 1] == "demo-imbalance"
+    assert argv[argv.index("--prometheus") + 1] == "http://127.0.0.1:19090"
+    assert argv[argv.index("--out") + 1] == str(tmp_path / "reports" / "demo-imbalance-1")
+    since = argv[argv.index("--since") + 1]
+    assert since.endswith("s")
+    assert 600 <= int(since[:-1]) <= 700  # back to the demo's start
+
+
+def test_make_report_flags_replace_what_the_demo_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _state(tmp_path, pid=os.getpid(), run=None).write(tmp_path)
+    asked = _record_report_calls(monkeypatch)
+    assert demo_report.main([f"--workdir={tmp_path}"]) == 0
+    assert asked[0][asked[0].index("--instance") + 1] == "127.0.0.1:19848"  # --no-train
+    demo_report.main([f"--workdir={tmp_path}", "--run=other", "--since=5m", "--out=x"])
+    assert asked[1][asked[1].index("--run") + 1] == "other"
+    assert asked[1][asked[1].index("--since") + 1] == "5m"
+    assert asked[1][asked[1].index("--out") + 1] == "x"
+
+
+def test_make_report_without_a_running_demo_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert demo_report.main([f"--workdir={tmp_path}"]) == 2
+    assert "no demo is running" in capsys.readouterr().err
+    # A demo killed with SIGKILL leaves its file behind: stale, and said to be.
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    _state(tmp_path, pid=int(gone.stdout), run="demo-imbalance").write(tmp_path)
+    with pytest.raises(StateError, match="no longer running"):
+        running_demo(tmp_path)
+
+
+def test_a_failed_restart_deletes_nothing(tmp_path: Path) -> None:
+    report = tmp_path / "reports" / "demo-healthy-20260101-000000" / "report.html"
+    log = tmp_path / "stack" / "exporter.log"
+    for path in (report, log):
+        path.parent.mkdir(parents=True)
+        path.write_text("kept")
+    result = subprocess.run(
+        demo_command(free_addresses(), tmp_path, "--scenario=nosuch"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("demo: --scenario: ")
+    assert len(result.stderr.splitlines()) == 1
+    assert report.read_text() == "kept"
+    assert log.read_text() == "kept"
+
+
+def test_say_survives_a_reader_that_went_away(tmp_path: Path) -> None:
+    # A child whose stdout pipe is closed before it writes: say() must not raise, and the
+    # interpreter's flush at exit must not complain either.
+    code = (
+        "import time; time.sleep(0.5)\n"
+        "from demo.terminal import say\n"
+        "for _ in range(3): say('x' * 70000)\n"
+        "open('done', 'w').close()\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    process.stdout.close()
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert stderr == b""
+    assert (tmp_path / "done").exists()
+    say("a line to the test's own stdout works as print does")
+
+
+def _samples(prometheus: str, instance: str) -> float:
+    ups = f'mirrorwatch_up{{instance="{instance}"}}'
+    query = urllib.parse.urlencode({"query": f"count_over_time({ups}[5m])"})
+    with urllib.request.urlopen(f"{prometheus}/api/v1/query?{query}", timeout=5) as response:
+        result = json.load(response)["data"]["result"]
+    return float(result[0]["value"][1]) if result else 0.0
+
+
+def test_make_report_and_the_ctrl_c_report_of_a_piped_demo(tmp_path: Path) -> None:
+    binary("prometheus")
+    binary("prometheus-alertmanager", "alertmanager")
+    addresses = free_addresses()
+    workdir = tmp_path / "demo"
+    process = subprocess.Popen(
+        demo_command(addresses, workdir, "--no-train", "--scenario=imbalance"),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    try:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while not (workdir / STATE_FILE).exists():
+            assert process.poll() is None, process.stdout.read()
+            assert time.monotonic() < deadline, "the demo wrote no state file"
+            time.sleep(0.2)
+        state = running_demo(workdir)
+        assert state.instance == str(addresses["exporter"])
+        while _samples(state.prometheus, state.instance) < 3:
+            assert time.monotonic() < deadline, "Prometheus scraped no exporter samples"
+            time.sleep(1)
+        made = subprocess.run(
+            [sys.executable, "-m", "demo.report", f"--workdir={workdir}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert made.returncode == 0, made.stderr
+        page = Path(state.report_dir) / "report.html"
+        assert page.exists()
+        page.unlink()
+        # `make demo | tee log` and Ctrl-C: tee goes first, so every later line hits EPIPE.
+        process.stdout.close()
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0
+    assert page.exists(), "the Ctrl-C report was not written"
+    assert not (workdir / STATE_FILE).exists()
