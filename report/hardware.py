@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mirrorwatch.alerts import causes
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
@@ -24,46 +25,21 @@ def _figures(ask: Ask, gpu: Gpu, wanted: Sequence[tuple[str, str, str]]) -> list
     return [f for f in found if f is not None]
 
 
-# kind, the violation counter's reason, clock-event reasons, alert (runbook), cause in words
-THROTTLES = (
-    (
-        "thermal_throttling",
-        "thermal",
-        q.THERMAL_REASONS,
-        "GpuThermalThrottling",
-        "held back for heat",
-    ),
-    (
-        "power_capping",
-        "power",
-        q.POWER_CAP_REASONS,
-        "GpuPowerCapped",
-        "held back by its power limit",
-    ),
-    (
-        "hardware_slowdown",
-        None,
-        q.HARDWARE_SLOWDOWN_REASONS,
-        "GpuHardwareSlowdown",
-        "in hardware slowdown",
-    ),
-)
-
-
 def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
     clock = q.range_mean(sel("mirrorwatch_gpu_clock_hertz", 'clock="sm"'), s.window, s.resolution)
     top_clock = sel("mirrorwatch_gpu_clock_max_hertz", 'clock="sm"')
     clock_max = f"max_over_time({top_clock}[{s.window}])"
     findings = []
-    for kind, violation, clock_reasons, alert, words in THROTTLES:
+    for cause in causes.THROTTLES:
+        kind, violation, clock_reasons = cause.kind, cause.violation, cause.clock_reasons
         if violation is None:
             now = f"max by ({q.GPU_KEY}) ({q.clock_events(sel, clock_reasons)})"
         else:
             now = q.throttled_now(sel, violation, clock_reasons)
         share_query = _held(ask, now)
         shares = ask.by_gpu(share_query)
-        limit = float(getattr(t.alert(alert), "throttled_fraction", 0.0))
+        limit = float(getattr(t.alert(cause.alert), "throttled_fraction", 0.0))
         for gpu in s.gpus:
             share = share_of(shares.get(gpu.key))
             if share <= limit:
@@ -80,10 +56,10 @@ def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
                     gpu.gpu,
                     gpu.instance,
                     share,
-                    f"GPU {gpu.gpu} was {words} for {share:.0%} of the range"
+                    f"GPU {gpu.gpu} was {cause.held_back} for {share:.0%} of the range"
                     + _clock_words(figures),
                     figures,
-                    runbook(alert),
+                    cause.runbook,
                     ("throttle", "clocks", *(("temperature",) if violation == "thermal" else ())),
                 )
             )
@@ -130,7 +106,7 @@ def temperature_headroom(ask: Ask, t: Thresholds) -> list[Finding]:
                 f"{share:.0%} of the range"
                 + (f" (least headroom {low:.0f} °C)." if low is not None else "."),
                 figures,
-                runbook("GpuTemperatureNearSlowdown"),
+                causes.cause("temperature_headroom").runbook,
                 ("temperature",),
             )
         )
@@ -177,7 +153,7 @@ def pcie(ask: Ask, t: Thresholds) -> list[Finding]:
                 f"GPU {gpu.gpu}'s PCIe link ran below its maximum{link} while busy, for "
                 f"{share:.0%} of the range.",
                 figures,
-                runbook("GpuPcieLinkDegraded"),
+                causes.cause("pcie_degraded").runbook,
                 ("pcie",),
             )
         )
@@ -212,7 +188,7 @@ def interconnect(ask: Ask) -> list[Finding]:
                 f"GPUs {pair[1]} and {pair[2]} have no NVLink: their all-reduce goes {path}.",
                 [Figure(f"link to GPU {peer}", 1.0, link, links_query, {"gpu": gpu, "link": link})]
                 + ([figure] if figure else []),
-                runbook("GpuNvlinkDown"),
+                causes.cause("interconnect").runbook,
             )
         )
     down_query = _held(ask, f"max by ({q.GPU_KEY}) ({q.nvlink_down(sel)})")
@@ -228,7 +204,7 @@ def interconnect(ask: Ask) -> list[Finding]:
                     f"An NVLink link of GPU {gpu.gpu} was down for {share_of(figure.value):.0%} "
                     "of the range: its peer traffic fell back to PCIe.",
                     [figure],
-                    runbook("GpuNvlinkDown"),
+                    causes.cause("interconnect").runbook,
                 )
             )
     return findings

@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Sequence
 
 from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts.causes import cause
 from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
@@ -76,7 +77,7 @@ def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
                 f"{ours[leading]:.0%} ({gap * 100:.1f} percentage points); the spread was above "
                 f"{limit * 100:g} points for {share:.0%} of the range.",
                 figures,
-                runbook("GpuUtilizationImbalance"),
+                cause("imbalance").runbook,
                 ("utilization", "spread"),
             )
         )
@@ -112,7 +113,7 @@ def input_bound(ask: Ask, throttled: bool) -> list[Finding]:
                 f"Every GPU was below {INPUT_BOUND_UTILIZATION:.0%} busy for {share:.0%} of the "
                 "range with no throttling: the GPUs waited for input (data loading, host CPU).",
                 figures,
-                runbook("GpuUtilizationImbalance"),
+                cause("input_bound").runbook,
                 ("utilization",),
             )
         )
