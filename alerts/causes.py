@@ -113,7 +113,12 @@ CAUSES: tuple[Cause, ...] = (
     ),
     Cause("temperature_headroom", "Little temperature headroom", "GpuTemperatureNearSlowdown"),
     Cause("telemetry_gap", "Gap in the telemetry", "MirrorwatchExporterDown"),
-    Cause("none", "Nothing wrong found", "GpuUtilizationImbalance", evidence="no known cause"),
+    Cause(
+        "none",
+        "Nothing wrong found",
+        "GpuUtilizationImbalance",
+        evidence="busy share below the busiest GPU",
+    ),
 )
 
 RANK = {cause.kind: i + 1 for i, cause in enumerate(CAUSES)}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.rules import Alert
+from mirrorwatch.alerts.rules import Alert, causes
 from mirrorwatch.alerts.templates import gpu_value, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
 
@@ -28,8 +28,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "GPU utilisation imbalance in run {{ $labels.run }}",
             'The 1-minute mean {{ if eq $labels.source "sm_activity" }}SM activity (GPM)'
             "{{ else }}utilisation{{ end }} of the GPUs of run {{ $labels.run }} spans «PCT» "
-            "(more than «spread_ratio:%»). «GPU» lags the most, at «lagging»: that replica "
-            "waits on input, on a slower link or on a throttled GPU.",
+            "(more than «spread_ratio:%»). «GPU» lags the most, at «lagging». «why»",
             "«PCT»",
             labels={"scope": "run"},
             fragments={
@@ -39,6 +38,7 @@ def alerts(t: Thresholds) -> list[Alert]:
                     args="$labels.run $labels.uuid",
                     pipe="humanizePercentage",
                 ),
+                "why": causes.why_run(t.runbook_url),
             },
         ),
         Alert(
@@ -51,7 +51,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "GPU utilisation imbalance on {{ $labels.instance }}",
             "The 1-minute mean utilisation of the busy GPUs of {{ $labels.instance }} that "
             "report no training run spans «PCT» (more than «spread_ratio:%»). «GPU», "
-            "«RUN_OF_GPU», lags the most, at «lagging».",
+            "«RUN_OF_GPU», lags the most, at «lagging». «why»",
             "«PCT»",
             labels={"scope": "host"},
             fragments={
@@ -59,6 +59,7 @@ def alerts(t: Thresholds) -> list[Alert]:
                     busy_unassigned, "cluster, host, job, instance", "min"
                 ),
                 "lagging": gpu_value(q.GPU_UTIL, "humanizePercentage"),
+                "why": causes.why_host(t.runbook_url),
             },
         ),
         Alert(
