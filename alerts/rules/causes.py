@@ -294,8 +294,8 @@ def _phrases(level: str, args: str, group: str) -> dict[str, str]:
         + " process(es) that are not the run's.",
         "interconnect": f"{_THIS_GPU} reaches "
         + _evidence_of(level, "interconnect", args, "")
-        + f" of {group}'s other GPUs without NVLink{cross_numa}, where its peers have faster "
-        "links: every all-reduce waits on it.",
+        + f" of {group}'s other GPUs without NVLink{cross_numa}: every all-reduce waits on "
+        "its slowest link.",
         "input_bound": f"No hardware cause on {_THIS_GPU}: most likely its input pipeline (its "
         + _BALANCE_SOURCE
         + " is "
