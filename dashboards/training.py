@@ -31,6 +31,7 @@ from dashboards.panels import (
 )
 from dashboards.selectors import GPU, HOST, RATE_INTERVAL, RUN, RUN_GPU, RUN_MATCHER, of_run
 from dashboards.variables import RUN_GPUS_QUERY, standard_variables
+from dashboards.why import run_causes, why_row
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
 
@@ -343,6 +344,7 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
             ),
             variables=standard_variables(gpu_query=RUN_GPUS_QUERY, one_run=True),
             rows=[
+                why_row(run_causes(RUN_GPU), "the selected run"),
                 throughput_row(t),
                 balance_row(t),
                 sharing_row(t),
