@@ -12,8 +12,8 @@ mirrorwatch.alerts.causes, `:likely` the first of each GPU.
 
 The rules run in order within their group, so a later one reads what an earlier one recorded
 at the same evaluation (Prometheus commits each rule's samples before the next:
-prometheus/prometheus rules/group.go, Group.Eval). The imbalance alert's text (WHY_RUN,
-WHY_HOST) asks the rank series of its lagging GPU, most important first.
+prometheus/prometheus rules/group.go, Group.Eval). The imbalance alert's text (why_run,
+why_host) asks the rank series of its lagging GPU, most important first.
 """
 
 from __future__ import annotations
@@ -260,9 +260,14 @@ def _pcie(metric: str) -> str:
     return gpu_value(f"mirrorwatch_gpu_pcie_link_{metric}")
 
 
+def _matchers(args: str) -> str:
+    """printf matchers for the alert's labels ``args`` ($labels.cluster ...): a label the
+    alert lacks prints as "", which matches series without it, as on one Prometheus."""
+    return ",".join(f"{arg.removeprefix('$labels.')}=%q" for arg in args.split())
+
+
 def _evidence_of(level: str, kind: str, args: str, pipe: str) -> str:
-    matchers = "instance=%q,run=%q,uuid=%q" if "run" in args else "instance=%q,uuid=%q"
-    return value_of(f'{level}{{{matchers},cause="{kind}"}}', args=args, pipe=pipe)
+    return value_of(f'{level}{{{_matchers(args)},cause="{kind}"}}', args=args, pipe=pipe)
 
 
 def _phrases(level: str, args: str, group: str) -> dict[str, str]:
@@ -324,7 +329,7 @@ def why(
 ) -> str:
     """The causes that hold on the alert's GPU, most important first, the first with its
     runbook section; what the alert said before the rules knew, until they have run."""
-    matchers = "instance=%q,run=%q,uuid=%q" if "run" in args else "instance=%q,uuid=%q"
+    matchers = _matchers(args)
     phrases = _phrases(level, args, group)
     branches = "".join(
         f'{{{{ {"if" if i == 0 else "else if"} eq $c.Labels.cause "{c.kind}" }}}}'
@@ -343,7 +348,7 @@ def why_run(runbook_url: str) -> str:
         RUN_GPU_CAUSE_RANK,
         RUN_GPU_CAUSE,
         LIVE,
-        "$labels.instance $labels.run $labels.uuid",
+        "$labels.cluster $labels.host $labels.instance $labels.run $labels.uuid",
         "the run",
         runbook_url,
     )
@@ -354,7 +359,7 @@ def why_host(runbook_url: str) -> str:
         GPU_CAUSE_RANK,
         GPU_CAUSE,
         HOST_LIVE,
-        "$labels.instance $labels.uuid",
+        "$labels.cluster $labels.host $labels.instance $labels.uuid",
         "the host",
         runbook_url,
     )
