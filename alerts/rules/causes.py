@@ -161,6 +161,16 @@ def _rank(level: str, causes: tuple[Cause, ...]) -> str:
     )
 
 
+def _first(rank: str, key: str) -> str:
+    """Each GPU's cause of the lowest rank, from the ranks' expression rather than their
+    recorded series: vmalert sees a rule's results only once they are written back to the
+    store, so every recorded step in a chain costs an evaluation or more there."""
+    return fill(
+        "(\n  «rank»\n)\n== on («key») group_left ()\nmin by («key») (\n  «rank»\n)",
+        {"rank": rank, "key": key},
+    )
+
+
 def _attach_run(expr: str) -> str:
     """``expr`` (one series per GPU) on every GPU of an active run, with the run's labels."""
     return fill(
@@ -196,7 +206,7 @@ def host_rules(t: Thresholds) -> list[Record]:
             _labels(cause("none")),
         ),
         Record(GPU_CAUSE_RANK, _rank(GPU_CAUSE, HOST_LIVE)),
-        Record(GPU_LIKELY_CAUSE, f"bottomk by ({q.GPU_KEY}) (1, {GPU_CAUSE_RANK})"),
+        Record(GPU_LIKELY_CAUSE, _first(_rank(GPU_CAUSE, HOST_LIVE), q.GPU_KEY)),
     ]
 
 
@@ -236,7 +246,7 @@ def run_rules(t: Thresholds) -> list[Record]:
             labels=_labels(cause("none")),
         ),
         Record(RUN_GPU_CAUSE_RANK, _rank(RUN_GPU_CAUSE, LIVE)),
-        Record(RUN_GPU_LIKELY_CAUSE, f"bottomk by ({RUN_KEY}) (1, {RUN_GPU_CAUSE_RANK})"),
+        Record(RUN_GPU_LIKELY_CAUSE, _first(_rank(RUN_GPU_CAUSE, LIVE), RUN_KEY)),
     ]
 
 
