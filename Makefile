@@ -16,7 +16,7 @@ RUN ?= demo-$(basename $(notdir $(SCENARIO)))
 REPORT_OUT ?= build/demo/report
 SINCE ?= 1h
 
-.PHONY: setup tools install test lint typecheck pytest bench demo report alerts dashboards clean
+.PHONY: setup tools install test lint typecheck pytest bench demo report alerts dashboards compatibility clean
 
 ## setup: the virtual environment with the project and its test tools, plus promtool/amtool
 setup: install tools
@@ -67,7 +67,7 @@ lint: install
 
 typecheck: install
 	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer -p mirrorwatch.alerts \
-	  -p mirrorwatch.report
+	  -p mirrorwatch.report -p mirrorwatch.doctor
 	$(VENV)/bin/mypy tests bench dashboards demo
 
 pytest: install tools
@@ -82,6 +82,10 @@ alerts: install
 ## dashboards: regenerate dashboards/json/*.json from the Python sources in dashboards/
 dashboards: install
 	$(PY) -m dashboards.build
+
+## compatibility: regenerate docs/compatibility.md from the driver x board matrix cells
+compatibility: install
+	$(PY) -m tests.exporter.nvml_standin.compatibility
 
 ## bench: benchmarks; results land in bench/results/*.json. The side-by-side with
 ## nvitop-exporter installs it into its own environment (never .venv) and runs Debian's
@@ -98,8 +102,10 @@ bench: install tools
 	  --out bench/results/nvml-calls.json
 	$(PY) bench/trainer_bench.py --out bench/results/trainer.json
 	$(PY) bench/ingest_bench.py --out bench/results/ingest.json
+	$(PY) bench/limits_bench.py --out bench/results/limits.json
 	$(PY) bench/soak_bench.py --out bench/results/soak.json
 	$(PY) bench/scale_bench.py --out bench/results/scale.json
+	$(PY) bench/doctor_bench.py --out bench/results/doctor.json
 
 ## demo: exporter (simulated dual-GPU host), trainer on 2 CPU replicas, Prometheus, Alertmanager
 ## and a receiver printing each notification; SCENARIO=name picks the scenario; Ctrl-C stops it

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from mirrorwatch.alerts import templates
+from mirrorwatch.alerts import queries, templates
 from mirrorwatch.alerts.fragments import Fragment, FragmentError, dedent, fill
 from mirrorwatch.alerts.rules import (
     Alert,
@@ -67,6 +67,7 @@ def shared_fragments(t: Thresholds) -> dict[str, Fragment]:
     """What every rule's text may name besides its own settings."""
     return {
         **templates.COMMON,
+        **queries.KEY_FRAGMENTS,
         "busy": t.busy_utilization_ratio,
         "job_regex": t.exporter_job_regex,
     }

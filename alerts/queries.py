@@ -37,9 +37,35 @@ RULES = Select()
 # docs/fleet.md). There every host's exporter may be `localhost:9848`, so `job, instance`
 # alone would merge hosts. On one Prometheus the two labels are absent and change nothing,
 # as kubernetes-mixin's `clusterLabel` groupings do.
-TARGET_KEY = "cluster, host, job, instance"
-GPU_KEY = "cluster, host, job, instance, gpu, uuid"
-WORKER_KEY = "cluster, host, job, instance, run, worker"
+# Every alert-text lookup uses the same keys (mirrorwatch.alerts.templates), so it can never
+# find another host's series; rules and templates name them as «fragments», never literally.
+TARGET_LABELS = ("cluster", "host", "job", "instance")
+
+
+def key(*labels: str) -> str:
+    """A grouping key: the target's labels, then ``labels``."""
+    return ", ".join((*TARGET_LABELS, *labels))
+
+
+TARGET_KEY = key()
+GPU_KEY = key("gpu", "uuid")
+# A GPU as the training series name it: their `gpu` is the trainer's index, not NVML's.
+UUID_KEY = key("uuid")
+WORKER_KEY = key("run", "worker")
+RUN_KEY = key("run")
+# The key sets as rule text names them.
+KEY_FRAGMENTS = {
+    "TARGET_KEY": TARGET_KEY,
+    "GPU_KEY": GPU_KEY,
+    "UUID_KEY": UUID_KEY,
+    "WORKER_KEY": WORKER_KEY,
+    "RUN_KEY": RUN_KEY,
+}
+
+# A MIG parent's utilisation is no measure of its instances' work (NVML answers NotSupported
+# there, and GPM on the parent mixes instances that may serve different jobs): the per-GPU
+# recordings every balance rule reads leave MIG parents out.
+NOT_MIG_PARENT = f"unless on ({UUID_KEY}) (mirrorwatch_gpu_mig_enabled == 1)"
 
 # --- recording rules (level:metric:operation) ---------------------------------------------------
 
@@ -51,6 +77,13 @@ RUN_SPREAD = "run:mirrorwatch_gpu_utilization_ratio:spread1m"
 RUN_GPU_DEVIATION = "run_gpu:mirrorwatch_gpu_utilization_ratio:deviation1m"
 HOST_SPREAD = "instance:mirrorwatch_gpu_utilization_ratio:spread1m"
 THROTTLE = "instance_gpu:mirrorwatch_gpu_throttle_seconds:rate5m"
+# Per GPU: the share of the last minute it was throttled for heat (GpuThermalThrottling).
+THERMAL_MINUTE = "instance_gpu:mirrorwatch_gpu_thermal_throttle:ratio1m"
+# The per-minute shares ride out a scrape gap this long, and are read each second of the minute:
+# a share that moves smoothly (1/60 a second), not in steps of a scrape, so that Prometheus and
+# vmalert, evaluating a moment apart, agree on it (tests/fleet/test_loopback.py).
+GAP_BRIDGED = "2m"
+SHARE_STEP = "1s"
 THROUGHPUT = "instance_run:mirrorwatch_training_examples_per_second:sum"
 THROUGHPUT_BASELINE = "instance_run:mirrorwatch_training_examples_per_second:median1h"
 GPU_SM_ACTIVITY = "instance_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m"
@@ -94,10 +127,37 @@ def reasons(names: Sequence[str]) -> str:
 def throttled_share(violation: str, clock_reasons: Sequence[str]) -> str:
     """The share of the last 5 minutes each GPU was held back for one cause: from the driver's
     violation counter (``violation`` reason of THROTTLE), else from how long the matching
-    clock-event reasons were active (GPUs without violation counters)."""
+    clock-event reasons were active (GPUs without violation counters). `or on` the GPU: the
+    counter, where there is one, wins over the clock events, which are a sample per scrape."""
     counter = RULES(THROTTLE, f'reason="{violation}"')
     clocks = RULES("mirrorwatch_gpu_clocks_event_active", reasons(clock_reasons))
-    return f"max by ({GPU_KEY}) (\n  {counter}\n  or\n  avg_over_time({clocks}[5m])\n)"
+    return (
+        f"max by ({GPU_KEY}) (\n  {counter}\n  or on ({GPU_KEY})\n  avg_over_time({clocks}[5m])\n)"
+    )
+
+
+def throttled_share_of_minute(violation: str, clock_reasons: Sequence[str]) -> str:
+    """The share of the last minute each GPU was held back for one cause, by the same two
+    sources as ``throttled_share``: the mean of their readings at every SHARE_STEP of it.
+
+    The counter's irate() is the rate between its last two samples: across a scrape gap of up
+    to GAP_BRIDGED it is the true rate over the gap, where increase() over a minute that starts
+    in the gap extrapolates from its few samples and reads a fraction of the real share (and a
+    minute without samples reads nothing at all, restarting the alert's `for`). The clock
+    events carry their last reading across the same gap. Capped at 1: the driver's counter
+    may step by a little more than the time between two scrapes. Rounded to 0.01 percentage
+    points like the spreads, so that 5% of a minute meets a 0.05 threshold.
+    """
+    counter = RULES("mirrorwatch_gpu_throttle_seconds_total", f'reason="{violation}"')
+    clocks = RULES("mirrorwatch_gpu_clocks_event_active", reasons(clock_reasons))
+    per_minute = f"[1m:{SHARE_STEP}]"
+    return (
+        f"round(\n  clamp_max(\n    max by ({GPU_KEY}) (\n"
+        f"      avg_over_time(irate({counter}[{GAP_BRIDGED}]){per_minute})\n"
+        f"      or on ({GPU_KEY})\n"
+        f"      avg_over_time(last_over_time({clocks}[{GAP_BRIDGED}]){per_minute})\n"
+        "    ),\n    1\n  ),\n  0.0001\n)"
+    )
 
 
 # --- generic shapes -----------------------------------------------------------------------------
@@ -230,26 +290,25 @@ def busy_gpus(busy: float) -> str:
 
 def busy_unassigned(busy: float) -> str:
     """Busy GPUs that belong to no active run: the host-level balance looks at these."""
-    return f"({busy_gpus(busy)} unless on (cluster, host, job, instance, uuid) {ACTIVE_REPLICA})"
+    return f"({busy_gpus(busy)} unless on ({UUID_KEY}) {ACTIVE_REPLICA})"
 
 
 def busy_temperature(busy: float) -> str:
     """The temperature of each busy GPU."""
-    return f"(mirrorwatch_gpu_temperature_celsius and on ({TARGET_KEY}, uuid) {busy_gpus(busy)})"
+    return f"(mirrorwatch_gpu_temperature_celsius and on ({UUID_KEY}) {busy_gpus(busy)})"
 
 
 # --- training runs ------------------------------------------------------------------------------
 
 
 def run_gpus(s: Select) -> str:
-    """The (cluster, host, job, instance, uuid) of the GPUs the selected runs report, to filter
-    GPU series."""
-    return f"max by (cluster, host, job, instance, uuid) ({s('mirrorwatch_training_replica_info')})"
+    """The UUID_KEY of the GPUs the selected runs report, to filter GPU series."""
+    return f"max by ({UUID_KEY}) ({s('mirrorwatch_training_replica_info')})"
 
 
 def of_run(expr: str, runs: Select) -> str:
     """The GPU series of ``expr`` that belong to the runs ``runs`` selects."""
-    return f"({expr}) and on (cluster, host, job, instance, uuid) {run_gpus(runs)}"
+    return f"({expr}) and on ({UUID_KEY}) {run_gpus(runs)}"
 
 
 def replica_memory() -> str:
@@ -315,7 +374,7 @@ def run_alerts(host: Select, run_matcher: str) -> str:
     """Alerts that name the selected run, and alerts on the GPUs the run reports."""
     own = firing_alerts(host, run_matcher)
     gpus = run_gpus(host.where(run_matcher))
-    return f"{own} or ({firing_alerts(host)} and on (cluster, host, job, instance, uuid) {gpus})"
+    return f"{own} or ({firing_alerts(host)} and on ({UUID_KEY}) {gpus})"
 
 
 # --- the run report: one range [end - window, end], asked at its end ----------------------------
@@ -439,3 +498,53 @@ def scaling(s: Select, metric: Literal["speedup", "efficiency_ratio"], window: s
 def push_silence(s: Select) -> str:
     """Seconds since each worker's last push, at each moment."""
     return seconds_since_last_push(s)
+
+
+# --- the run report's costs (report/cost.py, docs/report.md "What each cause cost") -------------
+
+# Payload bytes per second one PCIe lane carries in each direction, by generation: the line
+# rate after encoding (8b/10b to gen 2, 128b/130b from gen 3, FLIT 242/256 at gen 6; PCI-SIG
+# base specifications), before packet overhead.
+PCIE_LANE_BYTES_PER_SECOND = {
+    1: 2.5e8,
+    2: 5.0e8,
+    3: 8e9 * 128 / 130 / 8,
+    4: 16e9 * 128 / 130 / 8,
+    5: 32e9 * 128 / 130 / 8,
+    6: 64e9 * 242 / 256 / 8,
+}
+
+
+def held_sum(
+    expr: str, condition: str, window: str, step: str, steps: int, key: str = GPU_KEY
+) -> str:
+    """``expr`` summed over the range's sampling points at which ``condition`` held (matched
+    on ``key``), divided by the points: its mean over the range, 0 where it did not hold."""
+    return f"sum_over_time((({expr}) and on ({key}) ({condition}))[{window}:{step}]) / {steps}"
+
+
+def sm_clock_ratio(s: Select) -> str:
+    """Each GPU's SM clock as a share of its maximum."""
+    clock, top = (
+        s(metric, 'clock="sm"')
+        for metric in ("mirrorwatch_gpu_clock_hertz", "mirrorwatch_gpu_clock_max_hertz")
+    )
+    return f"{clock} / on ({GPU_KEY}) {top}"
+
+
+def pcie_link_bytes_per_second(s: Select, limit: Literal["", "_max"] = "") -> str:
+    """What each GPU's PCIe link carries per direction at the generation and width it runs at
+    now (``limit`` "_max": at the most it supports), in bytes per second."""
+    generation = s(f"mirrorwatch_gpu_pcie_link_generation{limit}")
+    lane = " or ".join(
+        f"({generation} == {g}) * 0 + {num(rate)}" for g, rate in PCIE_LANE_BYTES_PER_SECOND.items()
+    )
+    return f"({lane}) * on ({GPU_KEY}) {s(f'mirrorwatch_gpu_pcie_link_width{limit}')}"
+
+
+def pcie_busy_share(s: Select, direction: Literal["transmit", "receive"], window: str) -> str:
+    """The share of each second each GPU's link spent carrying its ``direction`` traffic, from
+    its last two samples in ``window``: rate() over a window longer than the series is old
+    (a run that began with its exporter) would understate it."""
+    traffic = f"irate({s(f'mirrorwatch_gpu_pcie_{direction}_bytes_total')}[{window}])"
+    return f"{traffic} / on ({GPU_KEY}) ({pcie_link_bytes_per_second(s)})"

@@ -1,61 +1,119 @@
-"""Go-template pieces of the alert annotations: which GPU, which run, a related series' value.
+"""Go-template pieces of the alert annotations: which host, GPU and run, a related series' value.
 
 Written as Prometheus's template engine reads them; «name» marks where a fragment goes in.
+
+Every lookup finds its series by the labels the alert's rule grouped by (a key of
+mirrorwatch.alerts.queries), all of them: behind per-host agents two hosts may share `instance`
+(localhost:9848) and differ only in `host`, so a lookup by `instance` alone would quote the
+other host's value. An alert without `cluster` or `host` looks them up as "", which is how
+PromQL matches a label that is absent (https://prometheus.io/docs/prometheus/latest/querying/basics/
+"Label matchers that match empty label values also select all time series that do not have
+the specific label set at all"), so the same text serves one Prometheus and a fleet alike.
 """
 
 from __future__ import annotations
 
 from mirrorwatch.alerts.fragments import fill
-from mirrorwatch.alerts.queries import ACTIVE_REPLICA
+from mirrorwatch.alerts.queries import ACTIVE_REPLICA, RUN_KEY, TARGET_KEY, UUID_KEY, WORKER_KEY
 
-GPU = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }}"
-WORKER = "worker {{ $labels.worker }} of run {{ $labels.run }} on {{ $labels.instance }}"
+# The host as people know it: the agent's `host` label where there is one, else the address.
+HOST = "{{ or $labels.host $labels.instance }}"
+GPU = fill("GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on «host»", {"host": HOST})
+WORKER = fill("worker {{ $labels.worker }} of run {{ $labels.run }} on «host»", {"host": HOST})
 PCT = "{{ $value | humanizePercentage }}"
 
+
+def matchers(key: str, of: str = "$labels") -> tuple[str, str]:
+    """The printf matchers of a key (``cluster=%q,host=%q,...``) and their arguments
+    (``$labels.cluster $labels.host ...``, or another template variable's labels)."""
+    labels = key.split(", ")
+    return ",".join(f"{label}=%q" for label in labels), " ".join(
+        f"{of}.{label}" for label in labels
+    )
+
+
+def value_of(metric: str, key: str = UUID_KEY, extra: str = "", pipe: str = "") -> str:
+    """A template piece printing the value of ``metric`` (with ``extra`` matchers) for this
+    alert's own ``key``."""
+    wanted, args = matchers(key)
+    return fill(
+        "{{ with printf `«metric»{«wanted»«extra»}` «args» | query }}"
+        "{{ . | first | value«pipe» }}{{ end }}",
+        {
+            "metric": metric,
+            "wanted": wanted,
+            "extra": f",{extra}" if extra else "",
+            "args": args,
+            "pipe": f" | {pipe}" if pipe else "",
+        },
+    )
+
+
+def gpu_value(metric: str, pipe: str = "", extra: str = "") -> str:
+    """A template piece printing ``metric`` of this alert's GPU."""
+    return value_of(metric, UUID_KEY, extra, pipe)
+
+
+def _listing(query: str, key: str, by: str, each: str, empty: str) -> str:
+    """Names the ``by`` label of each series ``query`` (a printf format) finds for this alert's
+    ``key``, sorted and joined by ", "."""
+    wanted, args = matchers(key)
+    return fill(
+        '{{ with printf `«query»` «args» | query | sortByLabel "«by»" }}'
+        "«each» {{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s.Labels.«by» }}{{ end }}"
+        "{{ else }}«empty»{{ end }}",
+        {
+            "query": query.replace("«wanted»", wanted),
+            "args": args,
+            "by": by,
+            "each": each,
+            "empty": empty,
+        },
+    )
+
+
 # Which active run uses this GPU, if any: GPU series carry no run label.
-RUN_OF_GPU = fill(
-    "{{ with printf `count by (run) («active»{instance=%q,uuid=%q})` "
-    '$labels.instance $labels.uuid | query | sortByLabel "run" }}'
-    "used by run {{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s.Labels.run }}{{ end }}"
-    "{{ else }}in no active run{{ end }}",
-    {"active": ACTIVE_REPLICA},
+RUN_OF_GPU = _listing(
+    f"count by (run) ({ACTIVE_REPLICA}{{«wanted»}})",
+    UUID_KEY,
+    "run",
+    "used by run",
+    "in no active run",
+)
+GPUS_OF_WORKER = _listing(
+    "count by (gpu) (mirrorwatch_training_replica_info{«wanted»})",
+    WORKER_KEY,
+    "gpu",
+    "on GPU",
+    "on no reported GPU",
+)
+GPUS_OF_RUN = _listing(
+    "count by (gpu) (mirrorwatch_training_replica_info{«wanted»})",
+    RUN_KEY,
+    "gpu",
+    "on GPU",
+    "on no reported GPU",
 )
 
-
-def gpus_of(matchers: str, args: str) -> str:
-    """A template piece listing the GPUs a run (or one worker of it) reported."""
-    return fill(
-        "{{ with printf `count by (gpu) (mirrorwatch_training_replica_info{«matchers»})` "
-        '«args» | query | sortByLabel "gpu" }}'
-        "on GPU {{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s.Labels.gpu }}{{ end }}"
-        "{{ else }}on no reported GPU{{ end }}",
-        {"matchers": matchers, "args": args},
-    )
-
-
-GPUS_OF_WORKER = gpus_of(
-    "instance=%q,run=%q,worker=%q", "$labels.instance $labels.run $labels.worker"
+# The GPUs of a run on each of its hosts: "on GPU 0, 1 of gpu-a; GPU 0 of gpu-b". Hosts are
+# told apart by the whole target key, named as HOST names them, sorted by that name.
+_EACH_HOST, _HOST_ARGS = matchers(TARGET_KEY, of="$host.Labels")
+GPUS_OF_RUN_ON_EVERY_HOST = fill(
+    "{{ with printf `count by («target») (mirrorwatch_training_replica_info{run=%q})` $labels.run"
+    ' | query | sortByLabel "instance" | sortByLabel "host" }}on '
+    "{{ range $i, $host := . }}{{ if $i }}; {{ end }}GPU "
+    "{{ range $j, $s := printf "
+    "`count by (gpu) (mirrorwatch_training_replica_info{«each_host»,run=%q})` "
+    '«host_args» $labels.run | query | sortByLabel "gpu" }}{{ if $j }}, {{ end }}'
+    "{{ $s.Labels.gpu }}{{ end }} of {{ or $host.Labels.host $host.Labels.instance }}{{ end }}"
+    "{{ else }}on no reported GPU{{ end }}",
+    {"target": TARGET_KEY, "each_host": _EACH_HOST, "host_args": _HOST_ARGS},
 )
-GPUS_OF_RUN = gpus_of("instance=%q,run=%q", "$labels.instance $labels.run")
-
-
-def value_of(selector: str, args: str = "$labels.instance $labels.uuid", pipe: str = "") -> str:
-    """A template piece printing the value of one series, found with printf ``args``."""
-    return fill(
-        "{{ with printf `«selector»` «args» | query }}{{ . | first | value«pipe» }}{{ end }}",
-        {"selector": selector, "args": args, "pipe": f" | {pipe}" if pipe else ""},
-    )
-
-
-def gpu_value(metric: str, pipe: str = "", matchers: str = "") -> str:
-    """A template piece printing ``metric`` of this alert's GPU (by instance and uuid)."""
-    extra = f",{matchers}" if matchers else ""
-    selector = fill("«metric»{instance=%q,uuid=%q«extra»}", {"metric": metric, "extra": extra})
-    return value_of(selector, pipe=pipe)
 
 
 # Every rule's text may name these.
 COMMON = {
+    "HOST": HOST,
     "GPU": GPU,
     "WORKER": WORKER,
     "PCT": PCT,

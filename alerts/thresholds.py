@@ -78,6 +78,12 @@ class ThrottledTime(AlertSettings):
     throttled_fraction: Ratio
 
 
+class SustainedThrottling(AlertSettings):
+    """Throttled for at least ``minute_fraction`` of every minute for the whole `for`."""
+
+    minute_fraction: Ratio
+
+
 class NearSlowdown(AlertSettings):
     margin_celsius: Amount
 
@@ -123,6 +129,15 @@ class TelemetryStale(AlertSettings):
     stale_after_seconds: Amount
 
 
+class InputBound(BaseModel):
+    """When the run report calls a run input-bound (no alert: the report's finding only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    busiest_below_ratio: Ratio
+    held_share: Ratio
+
+
 class Thresholds(BaseModel):
     """thresholds.yml: settings shared by several alerts, then one section per contract alert.
 
@@ -135,9 +150,10 @@ class Thresholds(BaseModel):
     exporter_job_regex: Text
     runbook_url: Text
     busy_utilization_ratio: Ratio
+    input_bound: InputBound
 
     GpuUtilizationImbalance: Imbalance
-    GpuThermalThrottling: ThrottledTime
+    GpuThermalThrottling: SustainedThrottling
     GpuTemperatureNearSlowdown: NearSlowdown
     GpuHardwareSlowdown: AlertSettings
     GpuPowerCapped: ThrottledTime

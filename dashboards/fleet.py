@@ -50,7 +50,8 @@ def host_link(title: str, uid: str) -> dict[str, object]:
     return {
         "title": title,
         "url": (
-            f"/d/{uid}?var-job=${{__data.fields.job}}&var-instance=${{__data.fields.instance}}"
+            f"/d/{uid}?var-job=${{__data.fields.job}}&var-host=${{__data.fields.host}}"
+            "&var-instance=${__data.fields.instance}"
             "&${datasource:queryparam}&${__url_time_range}"
         ),
     }

@@ -139,7 +139,7 @@ def thermal_row(t: Thresholds) -> Row:
 
 
 def throttle_row(t: Thresholds) -> Row:
-    power = t.GpuPowerCapped
+    power, heat = t.GpuPowerCapped, t.GpuThermalThrottling
     return Row(
         "Throttling",
         [
@@ -154,7 +154,9 @@ def throttle_row(t: Thresholds) -> Row:
             ratio_series(
                 "Throttle time fraction",
                 "Share of time each GPU was held back, by reason, from the driver's "
-                "violation counters. Any thermal time is GpuThermalThrottling; power above "
+                f"violation counters. Thermal time of at least {heat.minute_fraction:.0%} of "
+                f"every minute for {heat.hold_in_words} is GpuThermalThrottling (a shorter "
+                "blip shows here without paging); power above "
                 f"the {power.throttled_fraction:g} line for {power.hold_in_words} is "
                 "GpuPowerCapped. low_utilization is idle time, not a fault.",
                 [per_gpu(q.throttle_fraction(GPU, RATE_INTERVAL), "{{reason}}")],

@@ -1,4 +1,4 @@
-"""GPU host row about who runs on each GPU and how busy its SMs really are (processes, GPM)."""
+"""GPU host row about who runs on each GPU and how busy its SMs really are (processes, GPM, MIG)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,26 @@ def processes_row() -> Row:
                     by_gpu("mirrorwatch_gpu_dram_activity_ratio", legend="DRAM"),
                 ],
                 width=12,
+            ),
+            amount_series(
+                "MIG devices",
+                "Memory in use against the size of each MIG device (GPU instance GI, compute "
+                "instance CI) of the GPUs with MIG on; mirrorwatch_gpu_mig_info names each "
+                "device's profile and MIG UUID. A MIG parent has no utilisation, and the "
+                "balance rules leave it out: see the runbook, MirroredStrategy and MIG. Empty "
+                "where no GPU has MIG on.",
+                "bytes",
+                [
+                    by_gpu(
+                        "mirrorwatch_gpu_mig_memory_used_bytes",
+                        legend="GI {{gpu_instance}} CI {{compute_instance}} used",
+                    ),
+                    by_gpu(
+                        "mirrorwatch_gpu_mig_memory_total_bytes",
+                        legend="GI {{gpu_instance}} CI {{compute_instance}} size",
+                    ),
+                ],
+                width=24,
             ),
         ],
     )

@@ -10,8 +10,9 @@ from __future__ import annotations
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.queries import Select
 
-# Every selector carries job and instance (the dashboard linter's rule).
-HOST = Select(('job=~"$job"', 'instance=~"$instance"'))
+# Every selector carries job and instance (the dashboard linter's rule), and host: behind agents
+# hosts may share an instance, and only `host` selects one of them (dashboards.variables).
+HOST = Select(('job=~"$job"', 'host=~"$host"', 'instance=~"$instance"'))
 GPU = HOST.where('gpu=~"$gpu"')
 RUN = HOST.where('run=~"$run"')
 RUN_GPU = GPU.where('run=~"$run"')

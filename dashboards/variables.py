@@ -1,4 +1,4 @@
-"""The dashboards' data source and variables: `datasource`, `job`, `instance`, `run`, `gpu`."""
+"""The dashboards' data source and variables: datasource, job, host, instance, run and gpu."""
 
 from __future__ import annotations
 
@@ -14,12 +14,16 @@ DATASOURCE_NAME = "Prometheus"
 # so the JSON needs no `${DS_...}` import inputs and works when provisioned from files.
 DATASOURCE = models.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
-RUNS_QUERY = 'label_values(mirrorwatch_training_info{job=~"$job", instance=~"$instance"}, run)'
-HOST_GPUS_QUERY = 'label_values(mirrorwatch_gpu_info{job=~"$job", instance=~"$instance"}, gpu)'
-RUN_GPUS_QUERY = (
-    'label_values(mirrorwatch_training_replica_info{job=~"$job", '
-    'instance=~"$instance", run=~"$run"}, gpu)'
-)
+# The matchers of one host, as dashboards.selectors.HOST has them.
+_HOST = 'job=~"$job", host=~"$host", instance=~"$instance"'
+RUNS_QUERY = f"label_values(mirrorwatch_training_info{{{_HOST}}}, run)"
+HOST_GPUS_QUERY = f"label_values(mirrorwatch_gpu_info{{{_HOST}}}, gpu)"
+RUN_GPUS_QUERY = f'label_values(mirrorwatch_training_replica_info{{{_HOST}, run=~"$run"}}, gpu)'
+# Behind per-host agents (deploy/fleet/) every exporter may be `localhost:9848` and only the
+# agents' `host` label tells hosts apart; on one Prometheus no series has it. Its "All" is
+# `.*`, which also matches a series without the label (PromQL: a matcher that matches the
+# empty string selects series that lack the label), so the variable costs nothing there.
+HOST_ALL = ".*"
 
 Variable = dashboard_builders.DatasourceVariable | dashboard_builders.QueryVariable
 
@@ -38,7 +42,13 @@ def datasource_variable() -> dashboard_builders.DatasourceVariable:
 
 
 def query_variable(
-    name: str, label: str, query: str, *, multi: bool = True, description: str
+    name: str,
+    label: str,
+    query: str,
+    *,
+    multi: bool = True,
+    description: str,
+    all_value: str = ".+",
 ) -> dashboard_builders.QueryVariable:
     """A label_values variable, refreshed when the time range changes."""
     variable = (
@@ -53,7 +63,7 @@ def query_variable(
     if multi:
         # `.+` rather than Grafana's default list of values: the regex stays short and
         # still matches series of hosts that appear after the variable was loaded.
-        variable = variable.multi(True).include_all(True).all_value(".+").current(_all())
+        variable = variable.multi(True).include_all(True).all_value(all_value).current(_all())
     return variable
 
 
@@ -70,10 +80,18 @@ def standard_variables(
             description="Prometheus scrape job(s) of the mirrorwatch exporters.",
         ),
         query_variable(
+            "host",
+            "Host",
+            'label_values(mirrorwatch_up{job=~"$job"}, host)',
+            description="The agent's host label, where hosts write to a central store "
+            "(docs/fleet.md); empty on a single Prometheus.",
+            all_value=HOST_ALL,
+        ),
+        query_variable(
             "instance",
             "Instance",
-            'label_values(mirrorwatch_up{job=~"$job"}, instance)',
-            description="Exporter address: one GPU host.",
+            'label_values(mirrorwatch_up{job=~"$job", host=~"$host"}, instance)',
+            description="Exporter address: one GPU host (behind agents, pick the host above).",
         ),
         query_variable(
             "run",

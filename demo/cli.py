@@ -4,7 +4,8 @@
                    [--alertmanager HOST:PORT] [--receiver HOST:PORT] [--no-train]
 
 The exporter serves a simulated dual-GPU host, `mirrorwatch-train` trains a small CNN on two
-CPU replicas mapped onto its GPUs, Prometheus (Debian's binary) scrapes it with the project's
+CPU replicas mapped onto its GPUs (after mirrorwatch-doctor's pre-flight checklist of that
+host), Prometheus (Debian's binary) scrapes it with the project's
 rules (alerts/mirrorwatch.rules.yml, the file the compose stack mounts), Alertmanager routes
 with alerts/alertmanager.yml, and every notification is printed here as it arrives. Ctrl-C
 stops everything this started; state and logs stay in build/demo/.
@@ -13,6 +14,7 @@ stops everything this started; state and logs stay in build/demo/.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import signal
 import sys
@@ -38,13 +40,16 @@ from demo.stack import (
     thresholds,
     trainer_process,
 )
+from mirrorwatch.doctor.cli import diagnose
+from mirrorwatch.doctor.cli import parser as doctor_parser
+from mirrorwatch.doctor.output import checklist
 from mirrorwatch.exporter.simulate.scenario import (
     ScenarioError,
     builtin_expected_alerts,
     load_scenario,
 )
 from mirrorwatch.exporter.vocabulary import Address, parse_prometheus_duration
-from mirrorwatch.report.cli import write_report
+from mirrorwatch.report.cli import top_finding, write_report
 from mirrorwatch.report.prometheus import PrometheusError
 from mirrorwatch.report.scope import ScopeError
 
@@ -107,6 +112,19 @@ def expectation(scenario: str) -> str:
     return "; ".join(parts) + " -- plus the scenario's own start (docs/scenarios.md)."
 
 
+def preflight(scenario: str) -> None:
+    """The pre-flight a user runs before training (mirrorwatch-doctor), on the simulated host."""
+    try:
+        outcome = diagnose(doctor_parser().parse_args(["--simulate", scenario]))
+    except ScenarioError:
+        return  # the exporter says what is wrong with the file, and exits
+    print(
+        f"\npre-flight: mirrorwatch-doctor --simulate {scenario} (exit {outcome.exit_code})\n"
+        + checklist(outcome, colour=sys.stdout.isatty()),
+        flush=True,
+    )
+
+
 def demo_run(scenario: str) -> str:
     """The run id the demo's trainer reports (`make report` finds it by the same rule)."""
     return f"demo-{Path(scenario).stem}"
@@ -123,6 +141,8 @@ def report_on(args: argparse.Namespace, workdir: Path, since: float) -> None:
         print(f"demo: no run report: {str(error).splitlines()[0]}", flush=True)
         return
     print(f"demo: run report: {page}", flush=True)
+    findings = json.loads((page.parent / "findings.json").read_text(encoding="utf-8"))
+    print(f"demo: top finding: {top_finding(findings['findings'][0])}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -206,6 +226,7 @@ def start(
     )
     run = demo_run(args.scenario)
     if not args.no_train:
+        preflight(args.scenario)
         processes.start(trainer_process(workdir, args.exporter.url, run))
     alertmanager = processes.start(
         alertmanager_process(

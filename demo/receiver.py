@@ -85,7 +85,15 @@ def _alert(raw: Mapping[str, Any]) -> Alert:
 
 
 # Labels worth a glance in a one-line summary, in this order; the rest are in the payload.
-SHOWN_LABELS = ("run", "gpu", "instance", "scope", "link", "xid", "worker")
+# "host" is the host as people know it: the agent's `host` label where the alert has one
+# (hosts behind agents may all be localhost:9848), else its `instance`.
+SHOWN_LABELS = ("run", "gpu", "host", "scope", "link", "xid", "worker")
+
+
+def _host_label(labels: Mapping[str, str]) -> str | None:
+    if "host" in labels:
+        return "host"
+    return "instance" if "instance" in labels else None
 
 
 def format_notification(notification: Notification) -> str:
@@ -93,7 +101,8 @@ def format_notification(notification: Notification) -> str:
     clock = time.strftime("%H:%M:%S", time.localtime(notification.received_at))
     lines = []
     for alert in notification.alerts:
-        labels = " ".join(f"{k}={alert.labels[k]}" for k in SHOWN_LABELS if k in alert.labels)
+        shown = (_host_label(alert.labels) if k == "host" else k for k in SHOWN_LABELS)
+        labels = " ".join(f"{k}={alert.labels[k]}" for k in shown if k and k in alert.labels)
         summary = alert.annotations.get("summary", "")
         severity = alert.labels.get("severity", "")
         lines.append(

@@ -13,12 +13,12 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from mirrorwatch.exporter import __version__
 from mirrorwatch.exporter.backend import GpuBackend
 from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics, select_collectors
+from mirrorwatch.exporter.collectors.training import TrainingMetrics
 from mirrorwatch.exporter.ingest.auth import IngestAuth
 from mirrorwatch.exporter.ingest.body import BodyLimits
 from mirrorwatch.exporter.ingest.errors import RejectionCounter
 from mirrorwatch.exporter.ingest.guard import IngestGuard
 from mirrorwatch.exporter.ingest.handlers import install_error_handlers
-from mirrorwatch.exporter.ingest.metrics import TrainingMetrics
 from mirrorwatch.exporter.ingest.store import Clock, Limits, RunStore
 from mirrorwatch.exporter.logs import RejectionLog
 from mirrorwatch.exporter.routes import gpus, health, ingest, landing, metrics
@@ -43,15 +43,7 @@ def create_app(settings: Settings, backend: GpuBackend, clock: Clock | None = No
         ),
         select_collectors(settings.collectors),
     )
-    store = RunStore(
-        Limits(
-            max_runs=settings.max_runs,
-            max_workers=settings.max_workers,
-            max_replicas=settings.max_replicas,
-            ttl_seconds=settings.run_ttl,
-        ),
-        clock,
-    )
+    store = RunStore(Limits.from_settings(settings), clock)
     rejections = RejectionCounter(RejectionLog(logging.getLogger("mirrorwatch.exporter.ingest")))
     auth = IngestAuth(settings.ingest_token_value())
     registry = CollectorRegistry(auto_describe=False)

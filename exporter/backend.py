@@ -131,11 +131,72 @@ class GpmReading:
 
 
 @dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (a compute instance of a GPU instance) of a MIG-enabled GPU.
+
+    ``profile`` is NVML's name for it (``3g.40gb``); ``memory`` its instance's framebuffer
+    (None where not readable); ``processes`` how many compute processes it lists (None where
+    its list is not readable); ``gpm`` the GPM metrics of its GPU instance (Hopper and later,
+    driver 525 and later; None elsewhere or before a first interval).
+    """
+
+    mig_uuid: str
+    gpu_instance: int
+    compute_instance: int
+    profile: str
+    memory: MemoryBytes | None
+    processes: int | None = None
+    gpm: GpmReading | None = None
+
+
+@dataclass(frozen=True)
 class PeerLink:
     """How this GPU reaches another GPU of the host (static topology)."""
 
     peer_index: int
     link: P2pLink
+
+
+# --- Pre-flight readings (mirrorwatch-doctor): settings and health state read once, never on
+# the scrape path. Kept apart from the scrape readings above so either can change alone.
+
+ComputeMode = Literal["default", "exclusive_thread", "prohibited", "exclusive_process"]
+P2pCapability = Literal["read", "write", "nvlink"]
+P2P_CAPABILITIES: tuple[P2pCapability, ...] = ("read", "write", "nvlink")
+# nvmlGpuP2PStatus_t in its order (NVML_P2P_STATUS_OK is 0 ... NVML_P2P_STATUS_UNKNOWN is 6).
+P2pStatus = Literal[
+    "ok",
+    "chipset_not_supported",
+    "gpu_not_supported",
+    "topology_not_supported",
+    "disabled_by_regkey",
+    "not_supported",
+    "unknown",
+]
+P2P_STATUSES: tuple[P2pStatus, ...] = get_args(P2pStatus)
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """A GPU's settings and health state, as a pre-flight check reads them; None: not reported.
+
+    ``pcie_generation_gpu_max`` is the GPU's own best PCIe generation whatever the slot
+    (``PcieLink.generation_max`` is the best the GPU and the slot manage together);
+    ``local_cpus`` are the CPUs NVML names as close to the GPU (its CPU affinity).
+    """
+
+    compute_capability: tuple[int, int] | None
+    persistence_mode: bool | None
+    compute_mode: ComputeMode | None
+    ecc_enabled: bool | None
+    retired_pages_pending: bool | None
+    remapped_rows_pending: bool | None
+    remapped_rows_failed: bool | None
+    mig_enabled: bool | None
+    power_limit_default_watts: float | None
+    pcie_generation_gpu_max: int | None
+    numa_node: int | None
+    local_cpus: frozenset[int] | None
 
 
 class GpuDevice(Protocol):
@@ -229,6 +290,18 @@ class GpuDevice(Protocol):
         """The latest GPM metrics; None where the GPU has no GPM or no interval is done yet."""
         ...
 
+    def config(self) -> DeviceConfig | None:
+        """Pre-flight: the GPU's settings and health state; None while it is lost."""
+        ...
+
+    def mig_enabled(self) -> bool | None:
+        """Whether MIG is on; None where the GPU has no MIG (NVML answers NotSupported)."""
+        ...
+
+    def mig_devices(self) -> Sequence[MigDevice]:
+        """The MIG devices of a MIG-enabled GPU, in NVML's index order; none otherwise."""
+        ...
+
 
 class GpuBackend(Protocol):
     """The source of GPU readings: NVML on a real host, the simulator elsewhere."""
@@ -248,4 +321,15 @@ class GpuBackend(Protocol):
 
     def gpus(self) -> Sequence[GpuDevice]:
         """The GPUs known now; empty while the backend is down."""
+        ...
+
+    def cuda_driver_version(self) -> tuple[int, int] | None:
+        """Pre-flight: the newest CUDA (major, minor) the driver supports; None: unknown."""
+        ...
+
+    def p2p_status(self, first: int, second: int) -> Mapping[P2pCapability, P2pStatus]:
+        """Pre-flight: whether GPU ``first`` reaches GPU ``second`` peer to peer, by capability.
+
+        Only the capabilities NVML answered; empty when it answered none.
+        """
         ...

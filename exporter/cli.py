@@ -26,7 +26,13 @@ from mirrorwatch.exporter.factory import build_backend
 from mirrorwatch.exporter.ingest.protocol import bounded_protocol
 from mirrorwatch.exporter.logs import configure_logging, logging_config
 from mirrorwatch.exporter.server import QuietServer
-from mirrorwatch.exporter.settings import ENV_PREFIX, Settings, only_loopback, proxy_networks
+from mirrorwatch.exporter.settings import (
+    ENV_PREFIX,
+    Settings,
+    flag,
+    only_loopback,
+    proxy_networks,
+)
 from mirrorwatch.exporter.vocabulary import Address
 
 PROG = "mirrorwatch-exporter"
@@ -40,10 +46,6 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 def _variable(name: str) -> str:
@@ -96,9 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, field in Settings.model_fields.items():
         if _is_secret(field):
             # Refused with a hint, never echoed: a secret on the command line shows in `ps`.
-            parser.add_argument(_flag(name), dest=_REFUSED + name, help=argparse.SUPPRESS)
+            parser.add_argument(flag(name), dest=_REFUSED + name, help=argparse.SUPPRESS)
         else:
-            parser.add_argument(_flag(name), **_argument(name, field))
+            parser.add_argument(flag(name), **_argument(name, field))
     parser.add_argument(
         "--list-scenarios", action="store_true", help="print the built-in scenarios and exit"
     )
@@ -109,9 +111,9 @@ def load_settings(args: argparse.Namespace) -> Settings:
     """Flags win over MIRRORWATCH_* variables, which win over defaults."""
     for name in Settings.model_fields:
         if getattr(args, _REFUSED + name, None) is not None:
-            file_flag = f" or {_flag(name)}-file" if f"{name}_file" in Settings.model_fields else ""
+            file_flag = f" or {flag(name)}-file" if f"{name}_file" in Settings.model_fields else ""
             raise UsageError(
-                f"{_flag(name)}: a token on the command line shows in `ps`; "
+                f"{flag(name)}: a token on the command line shows in `ps`; "
                 f"set {_variable(name)}{file_flag} instead"
             )
     given = {
@@ -121,7 +123,7 @@ def load_settings(args: argparse.Namespace) -> Settings:
     }
 
     def source(name: str) -> str:
-        return _flag(name) if name in given else _variable(name)
+        return flag(name) if name in given else _variable(name)
 
     try:
         settings = Settings(**given)
@@ -136,7 +138,7 @@ def load_settings(args: argparse.Namespace) -> Settings:
     if os.environ.get("FORWARDED_ALLOW_IPS") is not None:
         # uvicorn's own variable would otherwise look like it applies; it does not here.
         raise UsageError(
-            f"FORWARDED_ALLOW_IPS: not read by {PROG}; set {_flag('trusted_proxies')} "
+            f"FORWARDED_ALLOW_IPS: not read by {PROG}; set {flag('trusted_proxies')} "
             f"or {_variable('trusted_proxies')} instead"
         )
     if settings.ingest_token_value() is None and not only_loopback(
@@ -145,7 +147,7 @@ def load_settings(args: argparse.Namespace) -> Settings:
         raise UsageError(
             f"{source('trusted_proxies')}: with no ingest token the ingest API trusts loopback "
             "clients, so proxies beyond loopback must not name them; set "
-            f"{_variable('ingest_token')} or {_flag('ingest_token_file')}"
+            f"{_variable('ingest_token')} or {flag('ingest_token_file')}"
         )
     if settings.gpus is not None and settings.simulate is None:
         raise UsageError("--gpus: only applies with --simulate (real hosts report their own GPUs)")

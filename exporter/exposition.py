@@ -7,9 +7,11 @@ code and always valid legacy names (which every OpenMetrics escaping scheme but 
 as they are), so these renderers only escape label values and cache each distinct label set's
 text. On an 8-GPU host that is about a third of the scrape's CPU.
 
-Two shortcuts skip even that: a ``LabelSet`` (the collectors' label dicts) carries its own
-rendered text, and a family marked static (``mark_static``: identity, limits, topology) is
-rendered once per format and its text reused for as long as the same family object is yielded.
+Three shortcuts skip even that: a ``LabelSet`` (the collectors' label dicts) carries its own
+rendered text, a ``SampleLine`` (``sample_line``) the whole line of a sample that never
+changes (a pushed training snapshot's), and a family marked static (``mark_static``:
+identity, limits, topology) is rendered once per format and its text reused for as long as
+the same family object is yielded.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -60,6 +63,25 @@ def label_set(labels: dict[str, str]) -> LabelSet:
     made = LabelSet(labels)
     made.text = _render_labels(made)
     return made
+
+
+class SampleLine(LabelSet):
+    """The labels of one sample that never changes, with that sample's whole line.
+
+    Without a timestamp a sample's line is the same in both formats. Made by ``sample_line``;
+    never reuse one for another sample or value.
+    """
+
+    __slots__ = ("line",)
+    line: str
+
+
+def sample_line(name: str, labels: dict[str, str], value: float) -> Sample:
+    """A sample whose line is rendered now, once, instead of at every scrape."""
+    made = SampleLine(labels)
+    made.text = _render_labels(made)
+    made.line = f"{name}{made.text} {_go_float(value)}\n"
+    return Sample(name, made, value)
 
 
 _STATIC = "_mirrorwatch_static"
@@ -157,14 +179,19 @@ class TextRenderer(_LabelCache):
         trailing: dict[str, list[str]] = {}
         trailing_names = {family.name + suffix: suffix for suffix in _TRAILING_SUFFIXES}
         for sample in family.samples:
-            line = f"{sample.name}{label_text(sample.labels)} {_go_float(sample.value)}"
-            if sample.timestamp is not None:
-                line += f" {int(float(sample.timestamp) * 1000):d}"
+            labels = sample.labels
+            if type(labels) is SampleLine:
+                line = labels.line
+            else:
+                line = f"{sample.name}{label_text(labels)} {_go_float(sample.value)}"
+                if sample.timestamp is not None:
+                    line += f" {int(float(sample.timestamp) * 1000):d}"
+                line += "\n"
             suffix = trailing_names.get(sample.name)
             if suffix is None:
-                output.append(line + "\n")
+                output.append(line)
             else:  # OpenMetrics-only samples become their own gauge at the end
-                trailing.setdefault(suffix, []).append(line + "\n")
+                trailing.setdefault(suffix, []).append(line)
         for suffix, lines in sorted(trailing.items()):
             extra = family.name + suffix
             output.append(f"# HELP {extra} {documentation}\n# TYPE {extra} gauge\n")
@@ -219,8 +246,12 @@ class OpenMetricsRenderer(_LabelCache):
         if family.unit:
             output.append(f"# UNIT {name} {family.unit}\n")
         for sample in family.samples:
+            labels = sample.labels
+            if type(labels) is SampleLine:
+                output.append(labels.line)
+                continue
             value = "" if sample.value is None else _go_float(sample.value)
-            line = f"{sample.name}{label_text(sample.labels)} {value}"
+            line = f"{sample.name}{label_text(labels)} {value}"
             if sample.timestamp is not None:
                 line += f" {sample.timestamp}"
             output.append(line + "\n")

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mirrorwatch.exporter.settings import flag
+
 # Attributes every LogRecord has; anything else on a record came from `extra=` and is logged.
 _STANDARD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {
     "message",
@@ -88,7 +90,9 @@ class RejectionLog:
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
 
-    def refused(self, reason: str, status: int, client: str | None) -> None:
+    def refused(
+        self, reason: str, status: int, client: str | None, limit: str | None = None
+    ) -> None:
         now = self._clock()
         with self._lock:
             last = self._last.get(reason)
@@ -98,11 +102,19 @@ class RejectionLog:
             self._last[reason] = now
             suppressed = self._suppressed.pop(reason, 0)
         self._logger.warning(
-            "ingest request refused: %s (%d) from %s; %d more like it in the last %.0f s",
+            # A 429 names the limit (as its flag), so an operator can tell which one to raise.
+            "ingest request refused: %s (%d%s) from %s; %d more like it in the last %.0f s",
             reason,
             status,
+            f", {flag(limit)}" if limit else "",
             client or "unknown",
             suppressed,
             self._interval,
-            extra={"reason": reason, "status": status, "client": client, "suppressed": suppressed},
+            extra={
+                "reason": reason,
+                "status": status,
+                "client": client,
+                "suppressed": suppressed,
+                "limit": limit,
+            },
         )

@@ -21,6 +21,11 @@ ENV_PREFIX = "MIRRORWATCH_"
 DEFAULT_PORT = 9848
 
 
+def flag(name: str) -> str:
+    """The command-line flag of the setting ``name``: ``max_runs`` -> ``--max-runs``."""
+    return "--" + name.replace("_", "-")
+
+
 def read_token_file(path: Path) -> str:
     """The token in ``path``, surrounding whitespace removed; ValueError saying why not."""
     try:
@@ -118,22 +123,32 @@ class Settings(BaseSettings):
         description="seconds without a push until a worker reads inactive; gone after twice that",
         json_schema_extra={"metavar": "S"},
     )
+    # Sized for one host (docs/api.md, "Limits"): an exporter serves the host it runs on, and
+    # a host of 8 or 16 GPUs runs a few runs of at most one worker process per GPU. A cluster
+    # pushing into one exporter raises them by flag, at the scrape cost docs/api.md measures.
     max_runs: int = Field(
-        default=64,
+        default=16,
         ge=1,
         le=100_000,
         description="training runs tracked at most",
         json_schema_extra={"metavar": "N"},
     )
+    max_workers_per_run: int = Field(
+        default=16,
+        ge=1,
+        le=100_000,
+        description="workers one run may have tracked at most",
+        json_schema_extra={"metavar": "N"},
+    )
     max_workers: int = Field(
-        default=1024,
+        default=64,
         ge=1,
         le=100_000,
         description="workers tracked at most, over all runs",
         json_schema_extra={"metavar": "N"},
     )
     max_replicas: int = Field(
-        default=64,
+        default=16,
         ge=1,
         le=4096,
         description="replicas one worker may report at most",

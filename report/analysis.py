@@ -7,7 +7,7 @@ from typing import Any
 
 from mirrorwatch.alerts import causes
 from mirrorwatch.alerts.thresholds import Thresholds
-from mirrorwatch.report import hardware, processes, workload
+from mirrorwatch.report import cost, hardware, processes, workload
 from mirrorwatch.report.evidence import Ask, Finding, ordered
 from mirrorwatch.report.headline import headline
 
@@ -39,10 +39,11 @@ def analyse(ask: Ask, t: Thresholds) -> Analysis:
         *workload.telemetry_gaps(ask, t),
     ]
     throttled = any(f.kind in THROTTLE_KINDS for f in found)
-    found += workload.input_bound(ask, throttled)
+    found += workload.input_bound(ask, t, throttled)
     if not found:
         found = [nothing_wrong(ask)]
-    return Analysis(headline(ask, t), ordered(found), ask.scope.end)
+    findings = ordered([cost.costed(ask, t, f) for f in found])
+    return Analysis(cost.without_causes(headline(ask, t), findings), findings, ask.scope.end)
 
 
 def nothing_wrong(ask: Ask) -> Finding:

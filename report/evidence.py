@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mirrorwatch.alerts import causes
 from mirrorwatch.report.prometheus import Prometheus
 from mirrorwatch.report.scope import Scope
+
+if TYPE_CHECKING:
+    from mirrorwatch.report.cost import Cost
 
 # The kinds and their order (most important first) are the cause table's, which the live
 # rules read too: a report and an alert never rank two causes differently.
@@ -50,6 +53,8 @@ class Finding:
     figures: Sequence[Figure]
     runbook: str
     charts: Sequence[str] = ()
+    # What it cost (report/cost.py); None where the evidence supports no number.
+    cost: Cost | None = None
 
     def as_json(self, at: float) -> dict[str, Any]:
         return {
@@ -60,6 +65,7 @@ class Finding:
             "summary": self.summary,
             "evidence": {"time": at, "figures": [f.as_json() for f in self.figures]},
             "runbook": self.runbook,
+            "cost": None if self.cost is None else self.cost.as_json(),
         }
 
 

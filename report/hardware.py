@@ -25,6 +25,15 @@ def _figures(ask: Ask, gpu: Gpu, wanted: Sequence[tuple[str, str, str]]) -> list
     return [f for f in found if f is not None]
 
 
+def held_back(sel: q.Select, kind: str) -> str:
+    """The GPUs held back for the throttling ``kind`` at each moment (one of causes.THROTTLES):
+    the same condition the live cause rules use."""
+    cause = causes.cause(kind)
+    if cause.violation is None:
+        return f"max by ({q.GPU_KEY}) ({q.clock_events(sel, cause.clock_reasons)})"
+    return q.throttled_now(sel, cause.violation, cause.clock_reasons)
+
+
 def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
     clock = q.range_mean(sel("mirrorwatch_gpu_clock_hertz", 'clock="sm"'), s.window, s.resolution)
@@ -32,13 +41,12 @@ def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
     clock_max = f"max_over_time({top_clock}[{s.window}])"
     findings = []
     for cause in causes.THROTTLES:
-        kind, violation, clock_reasons = cause.kind, cause.violation, cause.clock_reasons
-        if violation is None:
-            now = f"max by ({q.GPU_KEY}) ({q.clock_events(sel, clock_reasons)})"
-        else:
-            now = q.throttled_now(sel, violation, clock_reasons)
+        kind, violation = cause.kind, cause.violation
+        now = held_back(sel, kind)
         share_query = _held(ask, now)
         shares = ask.by_gpu(share_query)
+        # Over the range, like the alert's share of time; GpuThermalThrottling's fraction is
+        # of each minute (a rule for paging), so any heat the range held is a finding.
         limit = float(getattr(t.alert(cause.alert), "throttled_fraction", 0.0))
         for gpu in s.gpus:
             share = share_of(shares.get(gpu.key))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from html import escape
 from typing import Any
 
 from mirrorwatch.alerts.causes import TITLES
 from mirrorwatch.report.analysis import Analysis
 from mirrorwatch.report.charts import Chart
+from mirrorwatch.report.cost import METHODS, in_words
 from mirrorwatch.report.evidence import Figure, Finding
 from mirrorwatch.report.scope import format_time
 from mirrorwatch.report.svg import format_value
@@ -30,7 +32,8 @@ h1 { font-size: 24px; margin: 0 0 4px; } h2 { font-size: 19px; margin: 28px 0 8p
 .finding { border: 1px solid #d8dde3; border-radius: 6px; padding: 12px 14px; margin: 14px 0; }
 .kind { font-size: 11px; text-transform: uppercase; letter-spacing: .05em; color: #fff;
   background: #b5462f; border-radius: 3px; padding: 1px 6px; margin-right: 6px; }
-.kind.none { background: #3c9a4f; }
+.kind.none { background: #3c9a4f; } .cost { font-weight: bold; }
+.cost .meta { display: block; font-weight: normal; }
 .share { display: inline-block; width: 120px; height: 8px; background: #e8ebef;
   border-radius: 4px; vertical-align: middle; margin-left: 6px; }
 .share i { display: block; height: 8px; background: #b5462f; border-radius: 4px; }
@@ -101,15 +104,36 @@ def _headline(h: Mapping[str, Any], top: Finding, at: float) -> str:
         _card("mean GPU utilisation", shown("mean_utilization", "ratio")),
     ]
     ok = top.kind == "none"
+    cost = h.get("cost")
+    without = h.get("examples_per_second_without_causes")
+    lost = (
+        f'<p class="verdict">Together the findings cost about {cost["fraction"]:.0%} of the '
+        f"run's throughput (between {cost['low']:.0%} and {cost['high']:.0%})"
+        + (
+            f": about {without:,.0f} examples/s instead of {h['examples_per_second']:,.0f}"
+            if without is not None
+            else ""
+        )
+        + (
+            f", a speed-up of {h['speedup_without_causes']:.2f}x instead of {h['speedup']:.2f}x"
+            if h.get("speedup_without_causes") is not None
+            else ""
+        )
+        + ".</p>"
+        if cost is not None and cost["fraction"] > 0
+        else ""
+    )
     rows = "".join(
         f"<tr><td>{escape(name)}</td><td><pre>{escape(query)}</pre></td></tr>"
         for name, query in h["queries"].items()
     )
     return (
         f'<div class="cards">{"".join(cards)}</div>'
-        f'<p class="verdict">{escape(h["verdict"])}</p>'
+        f'<p class="verdict">{escape(h["verdict"])}</p>{lost}'
         f'<p class="why{" ok" if ok else ""}"><b>{"Verdict" if ok else "Most likely why"}:</b> '
-        f"{escape(top.summary)}</p>"
+        f"{escape(top.summary)}"
+        + (f" {escape(in_words(top.cost, top.kind))}" if top.cost and top.cost.fraction else "")
+        + "</p>"
         f"<details><summary>Queries of the headline (asked at {escape(format_time(at))})"
         f"</summary><table>{rows}</table></details>"
     )
@@ -138,18 +162,30 @@ def _finding(number: int, f: Finding, charts: Mapping[str, Chart], runbook_url: 
         f'<div class="meta">held for {f.share:.0%} of the range<span class="share">'
         f'<i style="width: {f.share * 100:.0f}%"></i></span> · runbook: {link}</div>'
         f"<p>{escape(f.summary)}</p>"
+        f'<p class="cost">{escape(in_words(f.cost, f.kind))} '
+        f"<span class='meta'>{escape(METHODS[f.kind].assumes) if f.cost else ''}</span></p>"
         + (f"<table>{figures}</table>{_queries([x.query for x in f.figures])}" if figures else "")
         + "".join(_chart(charts[name]) for name in f.charts if name in charts)
         + "</section>"
     )
 
 
-def render(
-    analysis: Analysis, charts: Mapping[str, Chart], prometheus: str, runbook_url: str
-) -> str:
-    h = analysis.headline
-    subject = f"run {h['run']}" if h["run"] else f"instance {', '.join(h['instances'])}"
+def subject(h: Mapping[str, Any]) -> str:
+    return f"run {h['run']}" if h["run"] else f"instance {', '.join(h['instances'])}"
+
+
+def meta(h: Mapping[str, Any], prometheus: str) -> str:
     gpus = ", ".join(f"GPU {g['gpu']} ({g['name'] or g['uuid']})" for g in h["gpus"])
+    return (
+        f'<div class="meta">{escape(h["start_text"])} &#8211; {escape(h["end_text"])} '
+        f"({h['duration_seconds']} s, sampled every {h['step_seconds']} s) · "
+        f"{escape(', '.join(h['instances']))} · {escape(gpus)} · from {escape(prometheus)}</div>"
+    )
+
+
+def findings_html(analysis: Analysis, charts: Mapping[str, Chart], runbook_url: str) -> str:
+    """The findings in order, each chart of ``charts`` under the first finding it backs, then
+    the rest; the alerts last."""
     placed: set[str] = set(HEADLINE_CHARTS)
     findings = []
     for number, finding in enumerate(analysis.findings, 1):
@@ -158,34 +194,45 @@ def render(
         findings.append(_finding(number, _with_charts(finding, own), charts, runbook_url))
     rest = [c for name, c in charts.items() if name not in placed and name != "alerts"]
     return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>mirrorwatch report: {escape(subject)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>mirrorwatch report: {escape(subject)}</h1>"
-        f'<div class="meta">{escape(h["start_text"])} &#8211; {escape(h["end_text"])} '
-        f"({h['duration_seconds']} s, sampled every {h['step_seconds']} s) · "
-        f"{escape(', '.join(h['instances']))} · {escape(gpus)} · from {escape(prometheus)}</div>"
-        "<h2>Headline</h2>"
-        + _headline(h, analysis.findings[0], analysis.at)
-        + "".join(_chart(charts[name]) for name in HEADLINE_CHARTS if name in charts)
-        + f"<h2>Findings, most important first ({len(analysis.findings)})</h2>"
+        f"<h2>Findings, most important first ({len(analysis.findings)})</h2>"
         + "".join(findings)
         + ("<h2>Other charts</h2>" + "".join(_chart(c) for c in rest) if rest else "")
-        + "<h2>Alerts</h2>"
-        + (_chart(charts["alerts"]) if "alerts" in charts else "")
-        + '<p class="meta">Every number above comes from the query shown with it, asked at the '
+        + ("<h2>Alerts</h2>" + _chart(charts["alerts"]) if "alerts" in charts else "")
+    )
+
+
+def document(title: str, body: str) -> str:
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>mirrorwatch report: {escape(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>mirrorwatch report: {escape(title)}</h1>{body}"
+        '<p class="meta">Every number above comes from the query shown with it, asked at the '
         "range's end; findings.json holds the same figures. Written by mirrorwatch-report.</p>"
         "</body></html>"
     )
 
 
-def _with_charts(finding: Finding, charts: tuple[str, ...]) -> Finding:
-    return Finding(
-        finding.kind,
-        finding.gpu,
-        finding.instance,
-        finding.share,
-        finding.summary,
-        finding.figures,
-        finding.runbook,
-        charts,
+def render(
+    analysis: Analysis, charts: Mapping[str, Chart], prometheus: str, runbook_url: str
+) -> str:
+    h = analysis.headline
+    return document(
+        subject(h),
+        meta(h, prometheus)
+        + "<h2>Headline</h2>"
+        + headline_html(analysis)
+        + "".join(chart_html(charts[name]) for name in HEADLINE_CHARTS if name in charts)
+        + findings_html(analysis, charts, runbook_url),
     )
+
+
+def headline_html(analysis: Analysis) -> str:
+    return _headline(analysis.headline, analysis.findings[0], analysis.at)
+
+
+def chart_html(chart: Chart) -> str:
+    return _chart(chart)
+
+
+def _with_charts(finding: Finding, charts: tuple[str, ...]) -> Finding:
+    return replace(finding, charts=charts)

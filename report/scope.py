@@ -43,6 +43,8 @@ class Scope:
     run: str | None
     instances: tuple[str, ...]
     gpus: tuple[Gpu, ...]
+    # The agents' `host` label of the one host reported on, where hosts share an instance.
+    host_label: str | None = None
 
     @property
     def seconds(self) -> int:
@@ -62,7 +64,8 @@ class Scope:
 
     @property
     def host(self) -> Select:
-        return Select((_one_of("instance", self.instances),))
+        chosen = (f'host="{self.host_label}"',) if self.host_label else ()
+        return Select((_one_of("instance", self.instances), *chosen))
 
     @property
     def gpus_select(self) -> Select:
@@ -122,9 +125,15 @@ def _sized(start: float, end: float) -> tuple[float, int]:
 
 
 def find_scope(
-    prometheus: Prometheus, run: str | None, instance: str | None, start: float, end: float
+    prometheus: Prometheus,
+    run: str | None,
+    instance: str | None,
+    start: float,
+    end: float,
+    host: str | None = None,
 ) -> Scope:
-    """The part of [start, end] that the run (or the instance) has samples in, with its GPUs."""
+    """The part of [start, end] that the run (or the instance, of ``host`` where hosts behind
+    agents share it) has samples in, with its GPUs."""
     lookback = f"{max(1, int(end - start))}s"
     between = f"between {format_time(start)} and {format_time(end)}"
     if run is not None:
@@ -154,19 +163,30 @@ def find_scope(
             span = (span[0], pushed[0].value)
     else:
         assert instance is not None
-        span = _span(
-            prometheus.instant(f'mirrorwatch_up{{instance="{instance}"}}[{lookback}]', end)
-        )
+        target = Select((f'instance="{instance}"', *((f'host="{host}"',) if host else ())))
+        up = prometheus.instant(f"{target('mirrorwatch_up')}[{lookback}]", end)
+        span = _span(up)
         if span is None:
-            raise ScopeError(f"empty range: no samples of instance {instance} {between}")
+            who = f"instance {instance}" + (f" of host {host}" if host else "")
+            raise ScopeError(f"empty range: no samples of {who} {between}")
+        # Behind per-host agents every exporter may be localhost:9848 (docs/fleet.md): one
+        # report never mixes hosts, so a shared instance needs its host named.
+        hosts = sorted({s.label("host") for s in up})
+        if len(hosts) > 1:
+            raise ScopeError(
+                f"instance {instance} is shared by hosts {', '.join(hosts)} (behind agents): "
+                "add --host NAME"
+            )
         instances, uuids = (instance,), set()
     first, last = span
     if last - first < 2:
         what = f"run {run!r}" if run else f"instance {instance}"
         raise ScopeError(f"empty range: {what} has under 2 seconds of samples {between}")
+    chosen = (f'host="{host}"',) if host and run is None else ()
     info = prometheus.instant(
         "max by (instance, gpu, uuid, name) (max_over_time("
-        f"{Select((_one_of('instance', instances),))('mirrorwatch_gpu_info')}[{lookback}]))",
+        f"{Select((_one_of('instance', instances), *chosen))('mirrorwatch_gpu_info')}"
+        f"[{lookback}]))",
         end,
     )
     gpus = tuple(
@@ -182,4 +202,4 @@ def find_scope(
     if not gpus:
         raise ScopeError(f"no GPU series of {', '.join(instances)} {between}")
     begin, step = _sized(first, last)
-    return Scope(begin, last, step, run, instances, gpus)
+    return Scope(begin, last, step, run, instances, gpus, host if run is None else None)

@@ -12,11 +12,6 @@ from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
 
-# Below this, even the busiest GPU of the run spent a fifth of its time waiting: for work it
-# was not given (the input pipeline, the host), unless something held its clocks back.
-INPUT_BOUND_UTILIZATION = 0.80
-# A share of the range, above which a run counts as input-bound.
-INPUT_BOUND_SHARE = 0.5
 # A scrape interval this many times the usual one is a gap.
 GAP_FACTOR = 3.0
 
@@ -84,17 +79,19 @@ def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
     return findings
 
 
-def input_bound(ask: Ask, throttled: bool) -> list[Finding]:
-    """Every GPU well below busy with nothing holding its clocks back: waiting for input."""
+def input_bound(ask: Ask, t: Thresholds, throttled: bool) -> list[Finding]:
+    """Every GPU well below busy with nothing holding its clocks back: waiting for input (the
+    cut is thresholds.yml's `input_bound`)."""
     if throttled:
         return []
     s, sel = ask.scope, ask.scope.gpus_select
-    share_query = _held(ask, q.all_gpus_below(sel, "1m", INPUT_BOUND_UTILIZATION))
+    cut = t.input_bound.busiest_below_ratio
+    share_query = _held(ask, q.all_gpus_below(sel, "1m", cut))
     means_query = q.gpu_utilization_mean(sel, s.window)
     findings = []
     for instance in s.instances:
         share = share_of(ask.by_instance(share_query).get(instance))
-        if share < INPUT_BOUND_SHARE:
+        if share < t.input_bound.held_share:
             continue
         figures = [
             Figure(f"GPU {g} mean utilisation", v, "ratio", means_query, {"instance": i, "gpu": g})
@@ -110,7 +107,7 @@ def input_bound(ask: Ask, throttled: bool) -> list[Finding]:
                 None,
                 instance,
                 share,
-                f"Every GPU was below {INPUT_BOUND_UTILIZATION:.0%} busy for {share:.0%} of the "
+                f"Every GPU was below {cut:.0%} busy for {share:.0%} of the "
                 "range with no throttling: the GPUs waited for input (data loading, host CPU).",
                 figures,
                 cause("input_bound").runbook,

@@ -7,9 +7,17 @@
 # contract whether this host exposes it. Exits non-zero when the exporter never gets ready,
 # the scrape fails, promtool rejects it, or a collector reports failure.
 #
+# First (scripts/gpu_symbols.py) lists which NVML functions the exporter uses this host's
+# libnvidia-ml.so.1 exports, with the driver version, and compares them with the stand-in of
+# that driver branch (tests/exporter/nvml_standin): a difference means the stand-in matrix is
+# wrong for this driver, and fails the smoke test.
+#
 # Then (scripts/gpu_features.py) reports whether each GPU supports per-process utilisation and
 # GPM, with each call's cost, and checks the exporter shows GPM on exactly the GPUs that have
 # it (after its 15 s sampling interval).
+#
+# Then mirrorwatch-doctor --probe runs on GPU 0 split into two logical GPUs (its JSON kept in
+# SMOKE_OUT, default build/gpu-smoke/doctor.json).
 #
 # Then (scripts/gpu_train_smoke.py) trains under MirroredStrategy on GPU 0 split into two
 # logical GPUs, the callback pushing to that exporter, and checks replica_info carries GPU 0's
@@ -17,7 +25,8 @@
 #
 # Environment: SMOKE_LISTEN (default 127.0.0.1:19848), SMOKE_READY_TIMEOUT_S (default 60),
 # EXPORTER (default .venv/bin/mirrorwatch-exporter, else the one on PATH), SMOKE_TRAIN (1; 0
-# skips the fit), SMOKE_TRAIN_SECONDS (60), PYTHON (with tensorflow[and-cuda]; default .venv's).
+# skips the fit), SMOKE_TRAIN_SECONDS (60), SMOKE_DOCTOR (1; 0 skips the doctor), SMOKE_OUT
+# (build/gpu-smoke), PYTHON (with tensorflow[and-cuda]; default .venv's).
 
 set -euo pipefail
 
@@ -42,6 +51,13 @@ fail() {
 [[ -n "$exporter" ]] || fail "mirrorwatch-exporter not found; run 'make install' first"
 command -v curl >/dev/null || fail "curl is required"
 command -v promtool >/dev/null || fail "promtool is required ('make tools' installs it)"
+
+python="${PYTHON:-}"
+if [[ -z "$python" ]]; then
+  if [[ -x "$repo_root/.venv/bin/python" ]]; then python="$repo_root/.venv/bin/python"; else python=python3; fi
+fi
+"$python" "$repo_root/scripts/gpu_symbols.py" \
+  || fail "the stand-in's symbols for this driver branch differ from the real libnvidia-ml (see above)"
 
 workdir="$(mktemp -d)"
 exporter_pid=""
@@ -153,10 +169,6 @@ echo "(see docs/metrics.md for which GPUs and drivers support each family)"
 
 # Per-process readings and GPM: what NVML says this host supports, and that the exporter
 # publishes GPM for exactly those GPUs (its background sampler needs two samples 15 s apart).
-python="${PYTHON:-}"
-if [[ -z "$python" ]]; then
-  if [[ -x "$repo_root/.venv/bin/python" ]]; then python="$repo_root/.venv/bin/python"; else python=python3; fi
-fi
 echo
 "$python" "$repo_root/scripts/gpu_features.py" >"$workdir/features.txt" \
   || fail "scripts/gpu_features.py could not ask NVML"
@@ -181,6 +193,35 @@ failed_collectors="$(grep -E '^mirrorwatch_exporter_collector_success\{.*\} 0(\.
 if [[ -n "$failed_collectors" ]]; then
   tail -n 40 "$workdir/exporter.log" >&2
   fail "collectors reported failure: $(echo "$failed_collectors" | tr '\n' ' ')"
+fi
+
+# The pre-flight check with its probes under load, on this GPU split into two logical GPUs as
+# the fit below does. On a one-GPU host nvml.gpus fails (exit 1): that is expected here; exit 2
+# or a probe that did not run is not. The JSON is kept in SMOKE_OUT.
+if [[ "${SMOKE_DOCTOR:-1}" == "1" ]]; then
+  out_dir="${SMOKE_OUT:-$repo_root/build/gpu-smoke}"
+  mkdir -p "$out_dir"
+  echo
+  set +e
+  "$python" -m mirrorwatch.doctor --probe --split-gpu --model cnn --exporter "$base_url" \
+    --json >"$out_dir/doctor.json" 2>"$out_dir/doctor.log"
+  doctor_code=$?
+  set -e
+  ((doctor_code == 0 || doctor_code == 1)) \
+    || { cat "$out_dir/doctor.log" >&2; fail "mirrorwatch-doctor exited $doctor_code"; }
+  "$python" - "$out_dir/doctor.json" <<'PY' || fail "the doctor's probes did not all run"
+import json, sys
+document = json.load(open(sys.argv[1]))
+for check in document["checks"]:
+    if check["status"] != "pass":
+        print(f"doctor: {check['status']:4} {check['id']} [{check['gpu']}]: {check['value']}")
+print("doctor:", document["summary"], "-", (document["expected_speedup"] or {}).get("text"))
+ran = {c["id"]: c["status"] for c in document["checks"]}
+assert ran.get("interconnect.allreduce") == "pass", ran.get("interconnect.allreduce")
+assert "imbalance.matmul" in ran and ran.get("pcie_degraded.under_load") is not None, ran
+assert document["expected_speedup"]["factor"] is not None
+PY
+  echo "gpu-smoke: mirrorwatch-doctor --probe ran; output kept in $out_dir/doctor.json"
 fi
 
 # A real fit on this GPU, split into two logical GPUs, pushing to the exporter above.

@@ -24,7 +24,7 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.causes import LIVE, Cause, cause
 from mirrorwatch.alerts.fragments import dedent, fill, num
 from mirrorwatch.alerts.rules import Record
-from mirrorwatch.alerts.templates import gpu_value, value_of
+from mirrorwatch.alerts.templates import gpu_value, matchers, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
 
 GPU_CAUSE = "instance_gpu:mirrorwatch_gpu_cause:evidence"
@@ -41,7 +41,9 @@ HARDWARE = tuple(
 )
 # A process that is not a run's is known only for the GPUs of a run.
 HOST_LIVE = tuple(c for c in LIVE if c.kind != "foreign_process")
-RUN_KEY = f"{q.TARGET_KEY}, run, gpu, uuid"
+RUN_GPU_KEY = q.key("run", "gpu", "uuid")
+# What the alert looks its run GPU up by.
+RUN_UUID_KEY = q.key("run", "uuid")
 SM_CLOCK = 'clock="sm"'
 
 
@@ -214,9 +216,9 @@ def run_rules(t: Thresholds) -> list[Record]:
     members = q.RUN_GPU_UTIL
     lag = (
         f"max by (run) ({q.RUN_GPU_BALANCE})\n- on (run) group_right ()\n"
-        f"max by ({RUN_KEY}) ({q.RUN_GPU_BALANCE})"
+        f"max by ({RUN_GPU_KEY}) ({q.RUN_GPU_BALANCE})"
     )
-    known = f"on ({RUN_KEY}) {_before(RUN_GPU_CAUSE)}"
+    known = f"on ({RUN_GPU_KEY}) {_before(RUN_GPU_CAUSE)}"
     return [
         # One rule per cause: a GPU with two of them would be two series on the "one" side.
         *(
@@ -227,7 +229,7 @@ def run_rules(t: Thresholds) -> list[Record]:
         ),
         Record(
             RUN_GPU_CAUSE,
-            f"max by ({RUN_KEY}) ({q.RULES(q.FOREIGN_COUNT)}) > 0",
+            f"max by ({RUN_GPU_KEY}) ({q.RULES(q.FOREIGN_COUNT)}) > 0",
             labels=_labels(cause("foreign_process")),
         ),
         Record(
@@ -242,11 +244,11 @@ def run_rules(t: Thresholds) -> list[Record]:
         ),
         Record(
             RUN_GPU_CAUSE,
-            f"(\n  {lag}\n)\nunless on ({RUN_KEY}) {_before(RUN_GPU_CAUSE, 'none')}",
+            f"(\n  {lag}\n)\nunless on ({RUN_GPU_KEY}) {_before(RUN_GPU_CAUSE, 'none')}",
             labels=_labels(cause("none")),
         ),
         Record(RUN_GPU_CAUSE_RANK, _rank(RUN_GPU_CAUSE, LIVE)),
-        Record(RUN_GPU_LIKELY_CAUSE, _first(_rank(RUN_GPU_CAUSE, LIVE), RUN_KEY)),
+        Record(RUN_GPU_LIKELY_CAUSE, _first(_rank(RUN_GPU_CAUSE, LIVE), RUN_GPU_KEY)),
     ]
 
 
@@ -270,21 +272,16 @@ def _pcie(metric: str) -> str:
     return gpu_value(f"mirrorwatch_gpu_pcie_link_{metric}")
 
 
-def _matchers(args: str) -> str:
-    """printf matchers for the alert's labels ``args`` ($labels.cluster ...): a label the
-    alert lacks prints as "", which matches series without it, as on one Prometheus."""
-    return ",".join(f"{arg.removeprefix('$labels.')}=%q" for arg in args.split())
+def _evidence_of(level: str, kind: str, key: str, pipe: str) -> str:
+    return value_of(level, key, f'cause="{kind}"', pipe)
 
 
-def _evidence_of(level: str, kind: str, args: str, pipe: str) -> str:
-    return value_of(f'{level}{{{_matchers(args)},cause="{kind}"}}', args=args, pipe=pipe)
-
-
-def _phrases(level: str, args: str, group: str) -> dict[str, str]:
+def _phrases(level: str, key: str, group: str) -> dict[str, str]:
     """What the alert says for each live cause of the lagging GPU, with its evidence."""
+    wanted, args = matchers(q.UUID_KEY)
     cross_numa = (
-        '{{ with printf `mirrorwatch_gpu_p2p_link_info{instance=%q,uuid=%q,link="cross_numa"}` '
-        "$labels.instance $labels.uuid | query }}, across CPU sockets (cross-NUMA){{ end }}"
+        f'{{{{ with printf `mirrorwatch_gpu_p2p_link_info{{{wanted},link="cross_numa"}}` '
+        f"{args} | query }}}}, across CPU sockets (cross-NUMA){{{{ end }}}}"
     )
     return {
         "hardware_slowdown": f"{_THIS_GPU} is {cause('hardware_slowdown').held_back}: the board "
@@ -305,18 +302,18 @@ def _phrases(level: str, args: str, group: str) -> dict[str, str]:
         f"{_pcie('generation')} x{_pcie('width')} of gen {_pcie('generation_max')} "
         f"x{_pcie('width_max')}.",
         "foreign_process": f"{_THIS_GPU} is shared with "
-        + _evidence_of(level, "foreign_process", args, "")
+        + _evidence_of(level, "foreign_process", key, "")
         + " process(es) that are not the run's.",
         "interconnect": f"{_THIS_GPU} reaches "
-        + _evidence_of(level, "interconnect", args, "")
+        + _evidence_of(level, "interconnect", key, "")
         + f" of {group}'s other GPUs without NVLink{cross_numa}: every all-reduce waits on "
         "its slowest link.",
         "input_bound": f"No hardware cause on {_THIS_GPU}: most likely its input pipeline (its "
         + _BALANCE_SOURCE
         + " is "
-        + _evidence_of(level, "input_bound", args, "humanizePercentage")
+        + _evidence_of(level, "input_bound", key, "humanizePercentage")
         + f" below {group}'s busiest GPU"
-        + (_STEP_TIME if "run" in args else "")
+        + (_step_time() if key == RUN_UUID_KEY else "")
         + ").",
         "none": f"No known cause on {_THIS_GPU}.",
     }
@@ -325,29 +322,33 @@ def _phrases(level: str, args: str, group: str) -> dict[str, str]:
 _BALANCE_SOURCE = (
     '{{ if eq $labels.source "sm_activity" }}SM activity{{ else }}utilisation{{ end }}'
 )
-# The run's median step time over the last 5 minutes, where its histogram has steps.
-_STEP_TIME = (
-    "{{ with printf `histogram_quantile(0.5, sum by (le) (rate("
-    "mirrorwatch_training_step_duration_seconds_bucket{instance=%q,run=%q}[5m]))) > 0` "
-    "$labels.instance $labels.run | query }}; the run's median step takes "
-    "{{ . | first | value | humanizeDuration }}{{ end }}"
-)
+
+
+def _step_time() -> str:
+    """The run's median step time over the last 5 minutes, where its histogram has steps."""
+    wanted, args = matchers(q.RUN_KEY)
+    return (
+        "{{ with printf `histogram_quantile(0.5, sum by (le) (rate("
+        f"mirrorwatch_training_step_duration_seconds_bucket{{{wanted}}}[5m]))) > 0` "
+        f"{args} | query }}}}; the run's median step takes "
+        "{{ . | first | value | humanizeDuration }}{{ end }}"
+    )
 
 
 def why(
-    rank: str, level: str, kinds: Sequence[Cause], args: str, group: str, runbook_url: str
+    rank: str, level: str, kinds: Sequence[Cause], key: str, group: str, runbook_url: str
 ) -> str:
     """The causes that hold on the alert's GPU, most important first, the first with its
     runbook section; what the alert said before the rules knew, until they have run."""
-    matchers = _matchers(args)
-    phrases = _phrases(level, args, group)
+    wanted, args = matchers(key)
+    phrases = _phrases(level, key, group)
     branches = "".join(
         f'{{{{ {"if" if i == 0 else "else if"} eq $c.Labels.cause "{c.kind}" }}}}'
         f"{text}{{{{ if not $i }}}} See {runbook_url}#{c.anchor}.{{{{ end }}}}"
         for i, (c, text) in enumerate((c, phrases[c.kind]) for c in kinds)
     )
     return (
-        f"{{{{ range $i, $c := printf `sort({rank}{{{matchers}}})` {args} | query }}}}"
+        f"{{{{ range $i, $c := printf `sort({rank}{{{wanted}}})` {args} | query }}}}"
         f"{{{{ if $i }}}} Also: {{{{ end }}}}{branches}{{{{ end }}}}"
         "{{ else }}That GPU waits on input, on a slower link or on a throttled GPU.{{ end }}"
     )
@@ -358,7 +359,7 @@ def why_run(runbook_url: str) -> str:
         RUN_GPU_CAUSE_RANK,
         RUN_GPU_CAUSE,
         LIVE,
-        "$labels.cluster $labels.host $labels.instance $labels.run $labels.uuid",
+        RUN_UUID_KEY,
         "the run",
         runbook_url,
     )
@@ -369,7 +370,7 @@ def why_host(runbook_url: str) -> str:
         GPU_CAUSE_RANK,
         GPU_CAUSE,
         HOST_LIVE,
-        "$labels.cluster $labels.host $labels.instance $labels.uuid",
+        q.UUID_KEY,
         "the host",
         runbook_url,
     )

@@ -13,20 +13,21 @@ def alerts(t: Thresholds) -> list[Alert]:
             "MirrorwatchExporterDown",
             "warning",
             'up{job=~"«job_regex»"} == 0 or absent(up{job=~"«job_regex»"})',
-            "{{ with $labels.instance }}mirrorwatch exporter on {{ . }} is down"
+            "{{ if $labels.instance }}mirrorwatch exporter on «HOST» is down"
             "{{ else }}No mirrorwatch exporter is scraped{{ end }}",
             "{{ with $labels.instance }}Prometheus cannot scrape the mirrorwatch exporter at "
-            "{{ . }} (job {{ $labels.job }}): GPU and training alerts for this host cannot "
-            "fire.{{ else }}Prometheus has no scrape target with a job matching "
-            '"«job_regex»": no GPU or training alert can fire.{{ end }}',
+            "{{ . }}{{ with $labels.host }} on {{ . }}{{ end }} (job {{ $labels.job }}): GPU "
+            "and training alerts for this host cannot fire.{{ else }}Prometheus has no scrape "
+            'target with a job matching "«job_regex»": no GPU or training alert can fire.'
+            "{{ end }}",
             "{{ if $labels.instance }}down{{ else }}absent{{ end }}",
         ),
         Alert(
             "MirrorwatchNvmlUnavailable",
             "critical",
             "mirrorwatch_up == 0",
-            "NVML is unavailable on {{ $labels.instance }}",
-            "The exporter on {{ $labels.instance }} serves, but NVML does not answer: no GPU "
+            "NVML is unavailable on «HOST»",
+            "The exporter on «HOST» serves, but NVML does not answer: no GPU "
             "values are collected. Its /readyz names the reason.",
             "down",
         ),

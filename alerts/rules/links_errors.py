@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.fragments import Fragment
 from mirrorwatch.alerts.rules import Alert, Severity
-from mirrorwatch.alerts.templates import gpu_value, value_of
+from mirrorwatch.alerts.templates import gpu_value, matchers, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
 
 # GpuXidError and GpuEccUncorrectable fire for this long after the latest event.
@@ -22,7 +23,8 @@ PCIE_MAX = (
     f"gen {gpu_value('mirrorwatch_gpu_pcie_link_generation_max')} "
     f"x{gpu_value('mirrorwatch_gpu_pcie_link_width_max')}"
 )
-NVLINK_OF_GPU = "NVLink {{ $labels.link }} of GPU {{ $labels.gpu }} of {{ $labels.instance }}"
+TARGET_MATCHERS, TARGET_ARGS = matchers(q.TARGET_KEY)
+NVLINK_OF_GPU = "NVLink {{ $labels.link }} of GPU {{ $labels.gpu }} of «HOST»"
 
 
 def alerts(t: Thresholds) -> list[Alert]:
@@ -36,10 +38,10 @@ def alerts(t: Thresholds) -> list[Alert]:
               or
               mirrorwatch_gpu_pcie_link_generation < mirrorwatch_gpu_pcie_link_generation_max
             )
-            and on (cluster, host, job, instance, uuid)
+            and on («UUID_KEY»)
               instance_gpu:mirrorwatch_gpu_utilization_ratio:avg1m >= «busy»
             """,
-            "PCIe link of GPU {{ $labels.gpu }} of {{ $labels.instance }} is degraded",
+            "PCIe link of GPU {{ $labels.gpu }} of «HOST» is degraded",
             "«GPU», «RUN_OF_GPU», is busy but its PCIe link runs at «pcie» while it supports "
             "«pcie_max».",
             "«pcie»",
@@ -59,7 +61,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "GpuNvlinkErrors",
             "warning",
             """
-            sum by (cluster, host, job, instance, gpu, uuid, link) (
+            sum by («GPU_KEY», link) (
               increase(mirrorwatch_gpu_nvlink_errors_total[10m])
             ) > «errors_per_10m»
             """,
@@ -83,7 +85,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             and
               increase(mirrorwatch_gpu_ecc_errors_total{type="uncorrected"}[«event_window»]) > 0
             """,
-            "Uncorrectable ECC errors on GPU {{ $labels.gpu }} of {{ $labels.instance }}",
+            "Uncorrectable ECC errors on GPU {{ $labels.gpu }} of «HOST»",
             "«GPU», «RUN_OF_GPU», reported uncorrectable ECC memory errors in the last "
             "«event_minutes» minutes ({{ $value }} since the driver loaded).",
             "{{ $value }}",
@@ -97,28 +99,31 @@ def alerts(t: Thresholds) -> list[Alert]:
             """
             (
               (mirrorwatch_exporter_expected_gpus > 0)
-              or on (cluster, host, job, instance)
+              or on («TARGET_KEY»)
               max_over_time(mirrorwatch_exporter_gpus[«fallback_lookback»])
             )
-            - on (cluster, host, job, instance)
+            - on («TARGET_KEY»)
               mirrorwatch_exporter_gpus
             > 0
             """,
-            "{{ $labels.instance }} has fewer GPUs than expected",
-            "The exporter on {{ $labels.instance }} sees "
-            "{{ with printf `mirrorwatch_exporter_gpus{instance=%q}` $labels.instance | query }}"
-            "{{ . | first | value }}{{ end }} GPU(s), {{ $value }} fewer than "
-            "{{ with printf `mirrorwatch_exporter_expected_gpus{instance=%q} > 0` "
-            "$labels.instance | query }}the {{ . | first | value }} set by --expected-gpus"
+            "«HOST» has fewer GPUs than expected",
+            "The exporter on «HOST» sees «gpus» GPU(s), {{ $value }} fewer than "
+            "{{ with printf `mirrorwatch_exporter_expected_gpus{«target»} > 0` «target_args» "
+            "| query }}the {{ . | first | value }} set by --expected-gpus"
             "{{ else }}the most it saw in the last «fallback_lookback» (no --expected-gpus set)"
             "{{ end }}.",
             "{{ $value }} missing",
+            fragments={
+                "gpus": value_of("mirrorwatch_exporter_gpus", q.TARGET_KEY),
+                "target": TARGET_MATCHERS,
+                "target_args": TARGET_ARGS,
+            },
         ),
         Alert(
             "GpuLost",
             "critical",
             "mirrorwatch_gpu_up == 0",
-            "GPU {{ $labels.gpu }} of {{ $labels.instance }} is lost",
+            "GPU {{ $labels.gpu }} of «HOST» is lost",
             "«GPU», «RUN_OF_GPU», no longer answers NVML: it has fallen off the bus or its "
             "driver state is broken.",
             "lost",
@@ -143,7 +148,7 @@ def xid_alert(severity: Severity, matcher: str, title: str, kind: str) -> Alert:
         and
           time() - mirrorwatch_gpu_xid_last_event_timestamp_seconds{«matcher»} < «event_seconds»
         """,
-        "«title» {{ $labels.xid }} on GPU {{ $labels.gpu }} of {{ $labels.instance }}",
+        "«title» {{ $labels.xid }} on GPU {{ $labels.gpu }} of «HOST»",
         "«GPU», «RUN_OF_GPU», reported «kind» {{ $labels.xid }} in the last «event_minutes» "
         "minutes, the latest at «latest» ({{ $value }} since the exporter started).",
         "{{ $value }}",
@@ -153,8 +158,8 @@ def xid_alert(severity: Severity, matcher: str, title: str, kind: str) -> Alert:
             "title": title,
             "kind": kind,
             "latest": value_of(
-                "mirrorwatch_gpu_xid_last_event_timestamp_seconds{instance=%q,uuid=%q,xid=%q}",
-                args="$labels.instance $labels.uuid $labels.xid",
+                "mirrorwatch_gpu_xid_last_event_timestamp_seconds",
+                q.key("uuid", "xid"),
                 pipe="humanizeTimestamp",
             ),
         },

@@ -24,11 +24,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             labels={"scope": "run"},
             fragments={
                 "foreign": q.foreign_processes(q.RULES),
-                "memory": value_of(
-                    q.FOREIGN_MEMORY + "{instance=%q,uuid=%q,run=%q}",
-                    args="$labels.instance $labels.uuid $labels.run",
-                    pipe="humanize1024",
-                ),
+                "memory": value_of(q.FOREIGN_MEMORY, q.key("uuid", "run"), pipe="humanize1024"),
             },
         ),
     ]

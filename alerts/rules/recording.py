@@ -9,13 +9,17 @@ from mirrorwatch.alerts.thresholds import Thresholds
 
 def rules(t: Thresholds) -> list[Record]:
     return [
-        Record(q.GPU_UTIL, "avg_over_time(mirrorwatch_gpu_utilization_ratio[1m])"),
+        Record(
+            q.GPU_UTIL,
+            "avg_over_time(mirrorwatch_gpu_utilization_ratio[1m]) «not_mig»",
+            {"not_mig": q.NOT_MIG_PARENT},
+        ),
         # The replicas of runs that are active now, one series per replica, value 1.
         Record(
             q.ACTIVE_REPLICA,
             """
             mirrorwatch_training_replica_info
-            * on (cluster, host, job, instance, run, worker) group_left ()
+            * on («WORKER_KEY») group_left ()
               (mirrorwatch_training_active == 1)
             """,
         ),
@@ -23,9 +27,9 @@ def rules(t: Thresholds) -> list[Record]:
         Record(
             q.RUN_GPU_UTIL,
             """
-            max by (cluster, host, job, instance, run, gpu, uuid) (
+            max by («RUN_KEY», gpu, uuid) (
               instance_run:mirrorwatch_training_replica_info:active
-              * on (cluster, host, job, instance, uuid) group_left (gpu)
+              * on («UUID_KEY») group_left (gpu)
                 instance_gpu:mirrorwatch_gpu_utilization_ratio:avg1m
             )
             """,
@@ -35,13 +39,17 @@ def rules(t: Thresholds) -> list[Record]:
         # 0.90 - 0.85 must be the 0.05 threshold, not 0.05000000000000004 above it.
         # GPM's SM activity, where the GPU has it: the share of SMs busy, which utilisation
         # (a kernel ran at all) overstates for small kernels.
-        Record(q.GPU_SM_ACTIVITY, "avg_over_time(mirrorwatch_gpu_sm_activity_ratio[1m])"),
+        Record(
+            q.GPU_SM_ACTIVITY,
+            "avg_over_time(mirrorwatch_gpu_sm_activity_ratio[1m]) «not_mig»",
+            {"not_mig": q.NOT_MIG_PARENT},
+        ),
         Record(
             q.RUN_GPU_SM_ACTIVITY,
             """
-            max by (cluster, host, job, instance, run, gpu, uuid) (
+            max by («RUN_KEY», gpu, uuid) (
               instance_run:mirrorwatch_training_replica_info:active
-              * on (cluster, host, job, instance, uuid) group_left (gpu)
+              * on («UUID_KEY») group_left (gpu)
                 instance_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m
             )
             """,
@@ -79,8 +87,8 @@ def rules(t: Thresholds) -> list[Record]:
             q.HOST_SPREAD,
             """
             round(
-              max by (cluster, host, job, instance) «busy_unassigned»
-              - min by (cluster, host, job, instance) «busy_unassigned»,
+              max by («TARGET_KEY») «busy_unassigned»
+              - min by («TARGET_KEY») «busy_unassigned»,
               0.0001
             )
             """,
@@ -89,12 +97,15 @@ def rules(t: Thresholds) -> list[Record]:
         # Seconds throttled per second: the fraction of time each reason held clocks back.
         # increase / 300 rather than rate(): the same number from Prometheus and vmalert.
         Record(q.THROTTLE, q.throttle_share_of_window(q.RULES, "5m", 300)),
+        # Minute by minute, so that "throttled for heat in each of the last five minutes" can
+        # be asked: a 5-minute mean is above 0 for five minutes after any one-minute blip.
+        Record(q.THERMAL_MINUTE, q.throttled_share_of_minute("thermal", q.THERMAL_REASONS)),
         Record(
             q.THROUGHPUT,
             """
-            sum by (cluster, host, job, instance, run) (
+            sum by («RUN_KEY») (
               mirrorwatch_training_examples_per_second
-              * on (cluster, host, job, instance, run, worker) group_left ()
+              * on («WORKER_KEY») group_left ()
                 (mirrorwatch_training_active == 1)
             )
             """,

@@ -13,16 +13,19 @@ TEMPERATURE_NOW = gpu_value("mirrorwatch_gpu_temperature_celsius", "humanize")
 def alerts(t: Thresholds) -> list[Alert]:
     busy_temperature = q.busy_temperature(t.busy_utilization_ratio)
     return [
+        # Pending while the share of the last minute reaches the fraction, firing once it has
+        # for all of `for`: every minute of it throttled that much. The first minute below
+        # resolves it. The share rides out a scrape gap (queries.throttled_share_of_minute).
         Alert(
             "GpuThermalThrottling",
             "warning",
-            "«throttled» > «throttled_fraction»",
-            "GPU {{ $labels.gpu }} of {{ $labels.instance }} is thermally throttled",
-            "«GPU», «RUN_OF_GPU», lowered its clocks for heat «PCT» of the last 5 minutes "
-            "(now at «temperature» °C).",
+            "«thermal_minute» >= «minute_fraction»",
+            "GPU {{ $labels.gpu }} of «HOST» is thermally throttled",
+            "«GPU», «RUN_OF_GPU», keeps lowering its clocks for heat: at least "
+            "«minute_fraction:%» of every minute, «PCT» of the last one (now at «temperature» °C).",
             "«PCT»",
             fragments={
-                "throttled": q.throttled_share("thermal", q.THERMAL_REASONS),
+                "thermal_minute": q.THERMAL_MINUTE,
                 "temperature": TEMPERATURE_NOW,
             },
         ),
@@ -31,10 +34,10 @@ def alerts(t: Thresholds) -> list[Alert]:
             "warning",
             """
             mirrorwatch_gpu_temperature_celsius
-            >= on (cluster, host, job, instance, gpu, uuid)
+            >= on («GPU_KEY»)
               mirrorwatch_gpu_temperature_threshold_celsius{threshold="slowdown"} - «margin_celsius»
             """,
-            "GPU {{ $labels.gpu }} of {{ $labels.instance }} is near its slowdown temperature",
+            "GPU {{ $labels.gpu }} of «HOST» is near its slowdown temperature",
             "«GPU», «RUN_OF_GPU», is at {{ $value | humanize }} °C, within «margin_celsius» °C "
             "of the slowdown temperature NVML reports («slowdown» °C); past it the GPU lowers "
             "its clocks.",
@@ -51,7 +54,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "GpuHardwareSlowdown",
             "critical",
             "mirrorwatch_gpu_clocks_event_active{«hardware»} == 1",
-            "GPU {{ $labels.gpu }} of {{ $labels.instance }} is in hardware slowdown",
+            "GPU {{ $labels.gpu }} of «HOST» is in hardware slowdown",
             "«GPU», «RUN_OF_GPU», reports {{ $labels.reason }}: the board itself has cut its "
             "clocks by half or more (SM clock now «sm_clock»Hz).",
             "{{ $labels.reason }}",
@@ -64,7 +67,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "GpuPowerCapped",
             "info",
             "«throttled» > «throttled_fraction»",
-            "GPU {{ $labels.gpu }} of {{ $labels.instance }} is held back by its power limit",
+            "GPU {{ $labels.gpu }} of «HOST» is held back by its power limit",
             "«GPU», «RUN_OF_GPU», ran at its power limit («limit» W) «PCT» of the last 5 "
             "minutes (alert above «throttled_fraction:%»).",
             "«PCT»",
@@ -78,22 +81,20 @@ def alerts(t: Thresholds) -> list[Alert]:
             "warning",
             """
             (
-              max by (cluster, host, job, instance) «busy_temperature»
-              - min by (cluster, host, job, instance) «busy_temperature»
+              max by («TARGET_KEY») «busy_temperature»
+              - min by («TARGET_KEY») «busy_temperature»
               > «spread_celsius»
             )
             «labels_of_hottest_gpu»
             """,
-            "Busy GPUs of {{ $labels.instance }} differ in temperature",
-            "The busy GPUs of {{ $labels.instance }} are {{ $value | humanize }} °C apart "
+            "Busy GPUs of «HOST» differ in temperature",
+            "The busy GPUs of «HOST» are {{ $value | humanize }} °C apart "
             "(alert above «spread_celsius» °C); the hottest is «GPU», «RUN_OF_GPU», at "
             "«temperature» °C.",
             "{{ $value | humanize }} °C",
             fragments={
                 "busy_temperature": busy_temperature,
-                "labels_of_hottest_gpu": q.labels_of_extreme(
-                    busy_temperature, "cluster, host, job, instance", "max"
-                ),
+                "labels_of_hottest_gpu": q.labels_of_extreme(busy_temperature, q.TARGET_KEY, "max"),
                 "temperature": TEMPERATURE_NOW,
             },
         ),

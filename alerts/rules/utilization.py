@@ -7,7 +7,7 @@ from mirrorwatch.alerts.rules import Alert, causes
 from mirrorwatch.alerts.templates import gpu_value, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
 
-FULL_SUMMARY = "GPU {{ $labels.gpu }} of {{ $labels.instance }} memory is nearly full"
+FULL_SUMMARY = "GPU {{ $labels.gpu }} of «HOST» memory is nearly full"
 
 
 def alerts(t: Thresholds) -> list[Alert]:
@@ -34,9 +34,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             fragments={
                 "labels_of_lagging_gpu": q.labels_of_extreme(q.RUN_GPU_BALANCE, "run", "min"),
                 "lagging": value_of(
-                    q.RUN_GPU_BALANCE + "{run=%q,uuid=%q}",
-                    args="$labels.run $labels.uuid",
-                    pipe="humanizePercentage",
+                    q.RUN_GPU_BALANCE, q.key("run", "uuid"), pipe="humanizePercentage"
                 ),
                 "why": causes.why_run(t.runbook_url),
             },
@@ -48,16 +46,14 @@ def alerts(t: Thresholds) -> list[Alert]:
             (instance:mirrorwatch_gpu_utilization_ratio:spread1m > «spread_ratio»)
             «labels_of_lagging_gpu»
             """,
-            "GPU utilisation imbalance on {{ $labels.instance }}",
-            "The 1-minute mean utilisation of the busy GPUs of {{ $labels.instance }} that "
+            "GPU utilisation imbalance on «HOST»",
+            "The 1-minute mean utilisation of the busy GPUs of «HOST» that "
             "report no training run spans «PCT» (more than «spread_ratio:%»). «GPU», "
             "«RUN_OF_GPU», lags the most, at «lagging». «why»",
             "«PCT»",
             labels={"scope": "host"},
             fragments={
-                "labels_of_lagging_gpu": q.labels_of_extreme(
-                    busy_unassigned, "cluster, host, job, instance", "min"
-                ),
+                "labels_of_lagging_gpu": q.labels_of_extreme(busy_unassigned, q.TARGET_KEY, "min"),
                 "lagging": gpu_value(q.GPU_UTIL, "humanizePercentage"),
                 "why": causes.why_host(t.runbook_url),
             },
@@ -66,9 +62,9 @@ def alerts(t: Thresholds) -> list[Alert]:
             "GpuMemoryNearlyFull",
             "warning",
             """
-            sum by (cluster, host, job, instance, run, gpu, uuid) (
+            sum by («RUN_KEY», gpu, uuid) (
               («replica_memory»)
-              / on (cluster, host, job, instance, uuid) group_left (gpu)
+              / on («UUID_KEY») group_left (gpu)
                 mirrorwatch_gpu_memory_total_bytes
             ) > «used_ratio»
             """,
@@ -84,7 +80,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "warning",
             """
             «memory_used_ratio» > «used_ratio»
-            unless on (cluster, host, job, instance, uuid)
+            unless on («UUID_KEY»)
               («replica_memory»)
             """,
             FULL_SUMMARY,

@@ -17,6 +17,7 @@ from mirrorwatch.exporter.collectors.device import DeviceCollector
 from mirrorwatch.exporter.collectors.ecc import EccCollector
 from mirrorwatch.exporter.collectors.gpm import GpmCollector
 from mirrorwatch.exporter.collectors.memory import MemoryCollector
+from mirrorwatch.exporter.collectors.mig import MigCollector
 from mirrorwatch.exporter.collectors.nvlink import NvlinkCollector
 from mirrorwatch.exporter.collectors.pcie import PcieCollector
 from mirrorwatch.exporter.collectors.power import PowerCollector
@@ -44,6 +45,7 @@ COLLECTORS: Mapping[str, Callable[[], GpuCollector]] = {
     "topology": TopologyCollector,
     "processes": ProcessesCollector,
     "gpm": GpmCollector,
+    "mig": MigCollector,
 }
 COLLECTOR_NAMES: tuple[str, ...] = tuple(COLLECTORS)
 

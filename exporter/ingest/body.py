@@ -38,15 +38,16 @@ def _tokens(max_string_bytes: int) -> re.Pattern[bytes]:
 
 @dataclass(frozen=True)
 class BodyLimits:
-    """Bounds on one body's shape; the defaults are a few times what a real snapshot uses."""
+    """Bounds on one body's shape, a few times what a real snapshot uses."""
 
+    max_values: int  # follows the replica limit: for_replicas
     max_depth: int = 8  # a snapshot nests 3 deep: {replica_devices: [{...}]}
     max_string_bytes: int = 1024  # the longest field (a device name) is 256 characters
-    max_values: int = 256 + 32 * 64  # 25 fields, 14 buckets, 8 keys and values a replica
 
     @classmethod
     def for_replicas(cls, max_replicas: int) -> BodyLimits:
-        """Room for twice ``max_replicas`` replicas, so the replica limit answers its own 429."""
+        """Room for twice ``max_replicas`` replicas, so the replica limit answers its own 429:
+        25 fields, 14 buckets, and 8 keys and values a replica."""
         return cls(max_values=256 + 32 * max_replicas)
 
 

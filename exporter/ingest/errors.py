@@ -31,20 +31,30 @@ REASONS: tuple[Reason, ...] = get_args(Reason)
 class IngestError(Exception):
     """A push or delete the ingest API refuses; ``message`` is one sentence naming the field."""
 
-    def __init__(self, status: int, reason: Reason, message: str, field: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        reason: Reason,
+        message: str,
+        field: str | None = None,
+        limit: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
         self.message = message
         self.field = field
+        self.limit = limit  # the setting a 429 is over, e.g. max_workers_per_run
         # Further problems of the same request, as {"field", "message"}; first one included.
         self.details: list[dict[str, str]] = []
 
     def body(self) -> dict[str, object]:
-        """``{"error": ..., "reason": ..., "field": ..., "errors": [...]}``."""
+        """``{"error": ..., "reason": ..., "field": ..., "limit": ..., "errors": [...]}``."""
         body: dict[str, object] = {"error": self.message, "reason": self.reason}
         if self.field is not None:
             body["field"] = self.field
+        if self.limit is not None:
+            body["limit"] = self.limit
         if self.details:
             body["errors"] = self.details
         return body
@@ -65,12 +75,18 @@ class RejectionCounter:
         self._counts: dict[Reason, int] = dict.fromkeys(REASONS, 0)
         self._log = log
 
-    def add(self, reason: Reason, status: int = 0, client: str | None = None) -> None:
+    def add(
+        self, reason: Reason, status: int = 0, client: str | None = None, limit: str | None = None
+    ) -> None:
         """Count one refusal, and log it unless this reason was logged moments ago."""
         with self._lock:
             self._counts[reason] += 1
         if self._log is not None:
-            self._log.refused(reason, status, client)
+            self._log.refused(reason, status, client, limit)
+
+    def refused(self, error: IngestError, client: str | None) -> None:
+        """Count ``error``, answered to ``client``."""
+        self.add(error.reason, error.status, client, error.limit)
 
     def counts(self) -> Mapping[Reason, int]:
         with self._lock:

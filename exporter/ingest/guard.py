@@ -22,7 +22,6 @@ from mirrorwatch.exporter.vocabulary import RUN_RULE, WORKER_RULE, is_run_id, is
 
 INGEST_PATH = "/api/v1/runs"
 MAX_BODY_BYTES = 1024 * 1024
-BODY_TIMEOUT_SECONDS = 10.0
 _WORKER_PATH = re.compile(rb"^/api/v1/runs/([^/]+)/workers/([^/]+)$")
 
 
@@ -38,15 +37,15 @@ class IngestGuard:
         app: ASGIApp,
         auth: IngestAuth,
         rejections: RejectionCounter,
+        body_limits: BodyLimits,
+        body_timeout: float,
         max_body_bytes: int = MAX_BODY_BYTES,
-        body_limits: BodyLimits | None = None,
-        body_timeout: float = BODY_TIMEOUT_SECONDS,
     ) -> None:
         self.app = app
         self.auth = auth
         self.rejections = rejections
         self.max_body_bytes = max_body_bytes
-        self.body_limits = body_limits or BodyLimits()
+        self.body_limits = body_limits
         self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -66,7 +65,7 @@ class IngestGuard:
                 check_and_parse(body, self.body_limits)
         except IngestError as error:
             client = scope.get("client")
-            self.rejections.add(error.reason, error.status, client[0] if client else None)
+            self.rejections.refused(error, client[0] if client else None)
             await error.response(close=not body_read)(scope, receive, send)
             return
         if body is None:  # the client went away before sending its body

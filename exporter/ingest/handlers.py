@@ -75,7 +75,7 @@ def install_error_handlers(app: FastAPI, rejections: RejectionCounter) -> None:
 
     def count(request: Request, error: IngestError) -> None:
         client = request.client.host if request.client else None
-        rejections.add(error.reason, error.status, client)
+        rejections.refused(error, client)
 
     async def on_ingest_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, IngestError)

@@ -33,8 +33,9 @@ from mirrorwatch.exporter.ingest.errors import IngestError, Reason, RejectionCou
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a size and a time bound on each request head."""
 
-    max_head_bytes = 8192
-    head_timeout = 5.0
+    # Set by bounded_protocol from the settings (their one home); declared only here.
+    max_head_bytes: int
+    head_timeout: float
     rejections: RejectionCounter | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -123,9 +124,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse(self, status: int, reason: Reason, message: str) -> None:
         self._awaiting_head = False
         self._cancel_head_timer()
-        if self.rejections is not None:
-            self.rejections.add(reason, status, self.client[0] if self.client else None)
         error = IngestError(status, reason, message, message.split(":", 1)[0])
+        if self.rejections is not None:
+            self.rejections.refused(error, self.client[0] if self.client else None)
         self.transport.write(raw_response(status, error.body()))
         self.transport.close()
 

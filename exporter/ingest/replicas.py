@@ -31,6 +31,9 @@ class GpuDirectory:
                 self._by_bus_id[canonical_bus_id(gpu.pci_bus_id)] = host_gpu
             except ValueError:
                 continue  # a GPU without a readable bus id can still be matched by UUID
+        # Equal for two directories that resolve every replica alike, so a resolution can be
+        # kept while the host's GPUs stay the same.
+        self.key = (tuple(self._by_uuid.items()), tuple(self._by_bus_id.items()))
 
     def resolve(self, replica: Replica) -> HostGpu | None:
         """The replica's GPU, or None when it is not a GPU of this host.

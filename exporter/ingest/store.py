@@ -6,6 +6,9 @@ A worker not heard from for one TTL reads as inactive; after a second TTL it is 
 A worker that said it finished (``active: false``) is forgotten after one TTL: its final
 values stay visible that long, and a finished run is never mistaken for a silent one.
 Expiry is evaluated lazily, against an injectable clock, whenever the store is used.
+
+A push the store cannot take raises ``PushRefusedError``, naming the snapshot field or the
+path part it is about and, over a limit, the limit; the route makes an HTTP answer of it.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
-from mirrorwatch.exporter.ingest.errors import IngestError
 from mirrorwatch.exporter.ingest.schema import TrainingSnapshot
+from mirrorwatch.exporter.settings import Settings, flag
 
 # Earlier session ids remembered per worker, so a late retry from before a restart is refused
 # as stale instead of being taken for one more restart (which would flap the counters).
@@ -44,12 +47,50 @@ class SystemClock:
 
 @dataclass(frozen=True)
 class Limits:
-    """How much the store holds; over a limit, a push is refused with 429."""
+    """How much the store holds; the values (and their reasons) are settings.py's."""
 
-    max_runs: int = 64
-    max_workers: int = 1024
-    max_replicas: int = 64
-    ttl_seconds: float = 300.0
+    max_runs: int
+    max_workers_per_run: int
+    max_workers: int
+    max_replicas: int
+    ttl_seconds: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(
+            max_runs=settings.max_runs,
+            max_workers_per_run=settings.max_workers_per_run,
+            max_workers=settings.max_workers,
+            max_replicas=settings.max_replicas,
+            ttl_seconds=settings.run_ttl,
+        )
+
+
+# The setting each limit is, named as its flag is (cli.py makes flags of setting names).
+Limit = Literal["max_runs", "max_workers_per_run", "max_workers", "max_replicas"]
+RefusalKind = Literal["stale", "invalid", "over_limit"]
+
+
+class PushRefusedError(Exception):
+    """A push the store does not take.
+
+    Args:
+        kind: ``stale`` (a late retry), ``invalid`` (contradicts what was accepted) or
+            ``over_limit`` (no room for it).
+        subject: what it is about: ``run`` or ``worker`` (the push's path), or a snapshot
+            field (``sequence``, ``step_duration_seconds.count``, ``replica_devices[1].replica``).
+        message: one sentence saying why, without the subject.
+        limit: the limit it is over, for ``over_limit``.
+    """
+
+    def __init__(
+        self, kind: RefusalKind, subject: str, message: str, limit: Limit | None = None
+    ) -> None:
+        super().__init__(f"{subject}: {message}")
+        self.kind = kind
+        self.subject = subject
+        self.message = message
+        self.limit = limit
 
 
 class PutOutcome(enum.Enum):
@@ -95,7 +136,7 @@ class RunStore:
         self._workers_per_run: Counter[str] = Counter()
 
     def put(self, run: str, worker: int, snapshot: TrainingSnapshot) -> PutOutcome:
-        """Accept ``snapshot`` as the worker's state, or raise IngestError (409, 422 or 429)."""
+        """Accept ``snapshot`` as the worker's state, or raise PushRefusedError saying why not."""
         self._check_replicas(snapshot)
         now = self._clock.monotonic()
         key = (run, worker)
@@ -158,45 +199,56 @@ class RunStore:
 
     def _check_room(self, run: str) -> None:
         limits = self.limits
-        if run not in self._workers_per_run and len(self._workers_per_run) >= limits.max_runs:
-            raise IngestError(
-                429,
-                "over_limit",
-                f"path.run: this exporter already tracks {limits.max_runs} runs "
-                "(--max-runs); delete a finished run or wait for it to expire",
-                "path.run",
+        workers_of_run = self._workers_per_run.get(run, 0)
+        if workers_of_run == 0 and len(self._workers_per_run) >= limits.max_runs:
+            raise _over(
+                "run",
+                "max_runs",
+                f"this exporter already tracks {limits.max_runs} runs",
+                "delete a finished run or wait for it to expire",
+            )
+        if workers_of_run >= limits.max_workers_per_run:
+            raise _over(
+                "worker",
+                "max_workers_per_run",
+                f"run {run!r} already has {limits.max_workers_per_run} workers tracked",
+                "delete its finished workers or wait for them to expire",
             )
         if len(self._entries) >= limits.max_workers:
-            raise IngestError(
-                429,
-                "over_limit",
-                f"path.worker: this exporter already tracks {limits.max_workers} workers "
-                "in all (--max-workers); delete finished workers or wait for them to expire",
-                "path.worker",
+            raise _over(
+                "worker",
+                "max_workers",
+                f"this exporter already tracks {limits.max_workers} workers in all",
+                "delete finished workers or wait for them to expire",
             )
 
     def _check_replicas(self, snapshot: TrainingSnapshot) -> None:
         most = self.limits.max_replicas
         for field, count in (
-            ("body.replicas", snapshot.replicas),
-            ("body.replica_devices", len(snapshot.replica_devices)),
+            ("replicas", snapshot.replicas),
+            ("replica_devices", len(snapshot.replica_devices)),
         ):
             if count > most:
-                raise IngestError(
-                    429,
+                raise PushRefusedError(
                     "over_limit",
-                    f"{field}: {count} replicas is over this exporter's limit of {most} "
-                    "per worker (--max-replicas)",
                     field,
+                    f"{count} replicas is over this exporter's limit of {most} per worker "
+                    f"({flag('max_replicas')})",
+                    "max_replicas",
                 )
         seen: set[int] = set()
         for position, device in enumerate(snapshot.replica_devices):
             if device.replica in seen:
-                field = f"body.replica_devices[{position}].replica"
-                raise IngestError(
-                    422, "invalid", f"{field}: replica {device.replica} is listed twice", field
+                raise PushRefusedError(
+                    "invalid",
+                    f"replica_devices[{position}].replica",
+                    f"replica {device.replica} is listed twice",
                 )
             seen.add(device.replica)
+
+
+def _over(subject: str, limit: Limit, state: str, remedy: str) -> PushRefusedError:
+    return PushRefusedError("over_limit", subject, f"{state} ({flag(limit)}); {remedy}", limit)
 
 
 def _compare(
@@ -205,42 +257,38 @@ def _compare(
     """How ``snapshot`` relates to the worker's stored one; raises when it must be refused."""
     old = previous.snapshot
     if snapshot.session in previous.retired_sessions:
-        raise IngestError(
-            409,
+        raise PushRefusedError(
             "stale",
-            f"body.session: session {snapshot.session!r} of this worker was replaced by "
-            f"{old.session!r}; this push is a late retry",
-            "body.session",
+            "session",
+            f"session {snapshot.session!r} of this worker was replaced by {old.session!r}; "
+            "this push is a late retry",
         )
     if snapshot.session != old.session:
         retired = (*previous.retired_sessions, old.session)[-RETIRED_SESSIONS_KEPT:]
         return PutOutcome.RESTARTED, retired
     if snapshot.sequence < old.sequence:
-        raise IngestError(
-            409,
+        raise PushRefusedError(
             "stale",
-            f"body.sequence: {snapshot.sequence} is older than the accepted "
-            f"{old.sequence} of session {old.session!r}; this push is a late retry",
-            "body.sequence",
+            "sequence",
+            f"{snapshot.sequence} is older than the accepted {old.sequence} of session "
+            f"{old.session!r}; this push is a late retry",
         )
     if snapshot.sequence == old.sequence:
         if snapshot == old:
             return PutOutcome.UNCHANGED, previous.retired_sessions
-        raise IngestError(
-            409,
+        raise PushRefusedError(
             "stale",
-            f"body.sequence: {snapshot.sequence} of session {old.session!r} was already "
-            "accepted with different content; each push needs a new sequence",
-            "body.sequence",
+            "sequence",
+            f"{snapshot.sequence} of session {old.session!r} was already accepted with "
+            "different content; each push needs a new sequence",
         )
     for field, before, after in _counters(old, snapshot):
         if after is not None and before is not None and after < before:
-            raise IngestError(
-                422,
+            raise PushRefusedError(
                 "invalid",
-                f"{field}: went down from {before:g} to {after:g} within session "
-                f"{old.session!r}; a restarted worker must send a new session id",
                 field,
+                f"went down from {before:g} to {after:g} within session {old.session!r}; "
+                "a restarted worker must send a new session id",
             )
     return PutOutcome.UPDATED, previous.retired_sessions
 
@@ -248,13 +296,13 @@ def _compare(
 def _counters(
     old: TrainingSnapshot, new: TrainingSnapshot
 ) -> Iterator[tuple[str, float | None, float | None]]:
-    yield "body.steps_total", old.steps_total, new.steps_total
-    yield "body.examples_total", old.examples_total, new.examples_total
-    yield "body.telemetry_dropped_total", old.telemetry_dropped_total, new.telemetry_dropped_total
+    yield "steps_total", old.steps_total, new.steps_total
+    yield "examples_total", old.examples_total, new.examples_total
+    yield "telemetry_dropped_total", old.telemetry_dropped_total, new.telemetry_dropped_total
     before, after = old.step_duration_seconds, new.step_duration_seconds
-    yield "body.step_duration_seconds.count", before.count, after.count
-    yield "body.step_duration_seconds.sum_seconds", before.sum_seconds, after.sum_seconds
+    yield "step_duration_seconds.count", before.count, after.count
+    yield "step_duration_seconds.sum_seconds", before.sum_seconds, after.sum_seconds
     for index, (low, high) in enumerate(
         zip(before.bucket_counts, after.bucket_counts, strict=True)
     ):
-        yield f"body.step_duration_seconds.bucket_counts[{index}]", low, high
+        yield f"step_duration_seconds.bucket_counts[{index}]", low, high

@@ -17,10 +17,12 @@ from mirrorwatch.exporter.backend import (
     CLOCKS_EVENT_REASONS,
     THROTTLE_REASONS,
     Clock,
+    DeviceConfig,
     EccErrorType,
     GpmReading,
     GpuProcesses,
     MemoryBytes,
+    MigDevice,
     NvlinkCounters,
     NvlinkErrorType,
     PcieLink,
@@ -30,7 +32,9 @@ from mirrorwatch.exporter.backend import (
 from mirrorwatch.exporter.nvml.events import XidCounts
 from mirrorwatch.exporter.nvml.features import DeviceFeatures
 from mirrorwatch.exporter.nvml.gpm import GpmSampler
+from mirrorwatch.exporter.nvml.mig import mig_devices, mig_enabled
 from mirrorwatch.exporter.nvml.pcie import BYTES_PER_KIB, PcieSampler
+from mirrorwatch.exporter.nvml.preflight import read_config
 from mirrorwatch.exporter.nvml.processes import ProcessReader
 from mirrorwatch.exporter.nvml.session import (
     FieldKey,
@@ -117,7 +121,7 @@ class _Round:
         self.fields_unavailable = False
         self.used_groups: set[str] = set()
         # The processes on the GPU, read once per scrape: the processes collector and the
-        # runs' foreign-process families (ingest/metrics.py) describe the same moment.
+        # runs' foreign-process families (collectors/training.py) describe the same moment.
         self.processes: Any = _UNREAD
 
     def take(self, key: str) -> Any:
@@ -170,8 +174,12 @@ class NvmlDevice:
     def lost(self) -> bool:
         return self._session.is_lost(self.gpu)
 
-    def _call(self, function: str, *args: Any, fallback: str = "") -> Any:
-        return self._session.call(self.gpu, function, *args, fallback=fallback)
+    def _call(self, function: str, *args: Any) -> Any:
+        return self._session.call(self.gpu, function, *args)
+
+    def _api(self, api: str, *args: Any) -> Any:
+        """``api`` in the version this driver has (``versions.LADDERS``)."""
+        return self._session.call_api(self.gpu, api, *args)
 
     def _const(self, name: str) -> Any:
         return getattr(self._nvml, name)
@@ -181,7 +189,7 @@ class NvmlDevice:
 
     def _field_ids(self, *names: str) -> list[FieldKey] | None:
         """The field ids of these names, or None when this binding lacks one of them."""
-        ids = [self._session.constant(name) for name in names]
+        ids = [self._session.field_id(name) for name in names]
         return None if any(i is None for i in ids) else [(i, 0) for i in ids if i is not None]
 
     def _pcie_field_names(self) -> tuple[str, ...]:
@@ -241,11 +249,11 @@ class NvmlDevice:
 
     def alive(self) -> bool:
         """Probe the GPU, and open this scrape's round of shared readings (``_Round``)."""
-        memory = self._call("nvmlDeviceGetMemoryInfo")
+        memory = self._api("memory")
         self._round = _Round(memory)
         return not self.lost
 
-    def _shared(self, key: str, function: str, sibling: str = "") -> Any:
+    def _shared(self, key: str, read: Callable[[], Any], sibling: str = "") -> Any:
         """This round's reading ``key`` if not handed out yet, else a fresh ``function`` call.
 
         A fresh call inside a round leaves its answer for ``sibling``, the other reading made
@@ -256,22 +264,25 @@ class NvmlDevice:
             value = current.take(key)
             if value is not _UNREAD:
                 return value
-        value = self._call(function)
+        value = read()
         if current is not None and sibling:
             with current.lock:
                 current.shared[sibling] = value
         return value
 
+    def _utilization_rates(self) -> Any:
+        return self._call("nvmlDeviceGetUtilizationRates")
+
     def utilization_ratio(self) -> float | None:
-        rates = self._shared("utilization", "nvmlDeviceGetUtilizationRates", "memory_utilization")
+        rates = self._shared("utilization", self._utilization_rates, "memory_utilization")
         return None if rates is None else float(rates.gpu) / 100.0
 
     def memory_utilization_ratio(self) -> float | None:
-        rates = self._shared("memory_utilization", "nvmlDeviceGetUtilizationRates", "utilization")
+        rates = self._shared("memory_utilization", self._utilization_rates, "utilization")
         return None if rates is None else float(rates.memory) / 100.0
 
     def memory_bytes(self) -> MemoryBytes | None:
-        memory = self._shared("memory", "nvmlDeviceGetMemoryInfo")
+        memory = self._shared("memory", lambda: self._api("memory"))
         return None if memory is None else MemoryBytes(float(memory.used), float(memory.total))
 
     def temperature_celsius(self) -> float | None:
@@ -285,6 +296,11 @@ class NvmlDevice:
         )
 
     def fan_speed_ratios(self) -> Sequence[float | None]:
+        if self._session.has_symbol("nvmlDeviceGetNumFans") is False:
+            # Before 510.39.01 there is no fan count: the v1 call reads the first fan, and
+            # answers NotSupported on a board without one.
+            speed = self._call("nvmlDeviceGetFanSpeed")
+            return [] if speed is None else [float(speed) / 100.0]
         count = self._kept("fans", lambda: self._call("nvmlDeviceGetNumFans"))
         if not count:
             return []
@@ -316,16 +332,9 @@ class NvmlDevice:
         )
 
     def clocks_event_reasons(self) -> Mapping[str, bool] | None:
-        active = self._call(
-            "nvmlDeviceGetCurrentClocksEventReasons",
-            fallback="nvmlDeviceGetCurrentClocksThrottleReasons",
-        )
+        active = self._api("clocks_event_reasons")
         supported = self._kept(
-            "clocks_event_reasons",
-            lambda: self._call(
-                "nvmlDeviceGetSupportedClocksEventReasons",
-                fallback="nvmlDeviceGetSupportedClocksThrottleReasons",
-            ),
+            "clocks_event_reasons", lambda: self._api("supported_clocks_event_reasons")
         )
         if active is None or supported is None:
             return None
@@ -407,8 +416,8 @@ class NvmlDevice:
     def _nvlink_throughput_kib(self) -> dict[int, tuple[float | None, float | None]]:
         """Per-link data KiB moved, one batched call with scopeId = link number."""
         numbers = self.features.nvlink_numbers
-        transmit = self._session.constant("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX")
-        receive = self._session.constant("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX")
+        transmit = self._session.field_id("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX")
+        receive = self._session.field_id("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX")
         if transmit is None or receive is None or not numbers:
             return {}
         keys = [(field, link) for link in numbers for field in (transmit, receive)]
@@ -479,6 +488,21 @@ class NvmlDevice:
         if self._gpm is None or self.lost:
             return None
         return self._gpm.reading(self.gpu)
+
+    def config(self) -> DeviceConfig | None:
+        # Pre-flight only (nvml/preflight.py): read afresh on each call, never by a scrape.
+        return None if self.lost else read_config(self._session, self.gpu)
+
+    def mig_enabled(self) -> bool | None:
+        # The mode changes only through a GPU reset, which ends this session's handle.
+        return self._kept("mig_enabled", lambda: mig_enabled(self._session, self.gpu))
+
+    def mig_devices(self) -> Sequence[MigDevice]:
+        # Read every scrape: instances are created and destroyed while MIG stays on.
+        if self.lost or not self.mig_enabled():
+            return ()
+        gpm = None if self._gpm is None else self._gpm.instance_readings(self.gpu)
+        return mig_devices(self._session, self.gpu, gpm)
 
 
 def _number(value: Any) -> float | None:

@@ -38,8 +38,8 @@ def probe_features(session: NvmlSession, gpu: GpuHandle) -> DeviceFeatures:
         if session.call(gpu, "nvmlDeviceGetNvLinkState", link) is not None
     )
     pcie_byte_fields = False
-    tx = session.constant("NVML_FI_DEV_PCIE_COUNT_TX_BYTES")
-    rx = session.constant("NVML_FI_DEV_PCIE_COUNT_RX_BYTES")
+    tx = session.field_id("NVML_FI_DEV_PCIE_COUNT_TX_BYTES")
+    rx = session.field_id("NVML_FI_DEV_PCIE_COUNT_RX_BYTES")
     if tx is not None and rx is not None:
         try:
             pcie_byte_fields = len(session.field_values(gpu, [(tx, 0), (rx, 0)])) == 2

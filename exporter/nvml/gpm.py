@@ -6,7 +6,9 @@ the previous sample and this one, nvmlGpmMetricsGet's SM_UTIL, SM_OCCUPANCY, ANY
 and DRAM_BW_UTIL (percent 0..100, each with its own ``nvmlReturn``). Scrapes read the last
 result as ratios. Samples are freed (nvmlGpmSampleFree) when the session ends. A GPU that
 stops answering GPM is no longer sampled; a lost one is sampled again once it answers, its
-first interval after that starting afresh.
+first interval after that starting afresh. On a GPU with MIG on, each GPU instance is sampled
+instead (nvmlGpmMigSampleGet(parent, gpu instance id), from 525.53), as the headers direct for
+per-instance GPM; the whole-GPU reading is then absent.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from mirrorwatch.exporter.backend import GpmReading
+from mirrorwatch.exporter.nvml.mig import gpu_instances, mig_enabled
 from mirrorwatch.exporter.nvml.session import GpuHandle, NvmlSession
 
 log = logging.getLogger(__name__)
@@ -32,64 +35,108 @@ METRICS: tuple[tuple[str, str], ...] = (
 
 
 def gpm_supported(session: NvmlSession, gpu: GpuHandle) -> bool:
+    if session.has_symbol("nvmlGpmQueryDeviceSupport") is False:
+        return False  # before 520.56.06: no GPM at all, nothing to warn about
     support = session.call(gpu, "nvmlGpmQueryDeviceSupport")
     return bool(support is not None and getattr(support, "isSupportedDevice", 0))
+
+
+# What one pair of samples measures: a whole GPU (gpu instance None) or one GPU instance of a
+# MIG-enabled GPU (nvmlGpmMigSampleGet, 525.53 and later).
+Target = tuple[int, int | None]
 
 
 class GpmSampler:
     """One session's GPM sampling of its supported GPUs; ``sample`` runs in the background.
 
-    Each GPU holds two samples for the session's life, taken in turn: the metrics of a round
-    are those of the interval from the other one (the previous round) to this one.
+    Each target (a GPU, or each GPU instance of a GPU with MIG on) holds two samples for the
+    session's life, taken in turn: the metrics of a round are those of the interval from the
+    other one (the previous round) to this one. A MIG parent is sampled per GPU instance only:
+    a whole-GPU figure would mix instances that may serve different jobs.
     """
 
     def __init__(self, session: NvmlSession, gpus: Iterable[GpuHandle]) -> None:
         self._session = session
         self._lock = threading.Lock()
         self._gpus = {gpu.index: gpu for gpu in gpus if gpm_supported(session, gpu)}
-        self._samples: dict[int, tuple[Any, Any]] = {}
-        self._turn: dict[int, int] = {}  # which of the two samples this round takes
-        self._has_previous: set[int] = set()
-        self._readings: dict[int, GpmReading] = {}
+        self._samples: dict[Target, tuple[Any, Any]] = {}
+        self._turn: dict[Target, int] = {}  # which of the two samples this round takes
+        self._has_previous: set[Target] = set()
+        self._readings: dict[Target, GpmReading] = {}
+        self._unsupported: set[Target] = set()  # targets NVML will not sample
 
     @property
     def sampled(self) -> tuple[int, ...]:
         with self._lock:
             return tuple(self._gpus)
 
+    def _targets(self, index: int, gpu: GpuHandle) -> list[Target]:
+        if not mig_enabled(self._session, gpu):
+            return [(index, None)]
+        return [(index, gi) for gi in gpu_instances(self._session, gpu)]
+
     def sample(self) -> None:
-        """One GPM sample per GPU; with the previous one, the metrics of the interval between."""
+        """One GPM sample per target; with the previous one, the metrics of the interval between."""
         with self._lock:
             gpus = list(self._gpus.items())
         for index, gpu in gpus:
-            pair = self._samples.get(index) or self._alloc_pair(gpu)
-            if pair is None:
-                self._stop_sampling(index)
-                continue
-            turn = self._turn.get(index, 0)
-            current, previous = pair[turn], pair[1 - turn]
-            if self._session.call(gpu, "nvmlGpmSampleGet", current) is None:
-                # Lost is not unsupported: start a fresh interval once it answers again.
-                self._has_previous.discard(index)
-                with self._lock:
-                    self._readings.pop(index, None)
-                if not self._session.is_lost(gpu):
-                    self._stop_sampling(index)
-                continue
-            self._turn[index] = 1 - turn
-            if index not in self._has_previous:
-                self._has_previous.add(index)
-                continue
-            reading = self._metrics(gpu, previous, current)
+            targets = [t for t in self._targets(index, gpu) if t not in self._unsupported]
+            with self._lock:  # instances destroyed since the last round: their readings go
+                for gone in [t for t in self._readings if t[0] == index and t not in targets]:
+                    self._readings.pop(gone, None)
+            for target in targets:
+                if not self._sample_target(gpu, target):
+                    break
+
+    def _sample_target(self, gpu: GpuHandle, target: Target) -> bool:
+        """Sample one target; False when its GPU stopped answering GPM (or is lost)."""
+        index, gpu_instance = target
+        pair = self._samples.get(target) or self._alloc_pair(gpu, target)
+        if pair is None:
+            self._stop_sampling(index)
+            return False
+        turn = self._turn.get(target, 0)
+        current, previous = pair[turn], pair[1 - turn]
+        if gpu_instance is None:
+            taken = self._session.call(gpu, "nvmlGpmSampleGet", current)
+        else:
+            taken = self._session.call(gpu, "nvmlGpmMigSampleGet", gpu_instance, current)
+        if taken is None:
+            # Lost is not unsupported: start a fresh interval once it answers again.
+            self._has_previous.discard(target)
             with self._lock:
-                if reading is None:
-                    self._readings.pop(index, None)
-                else:
-                    self._readings[index] = reading
+                self._readings.pop(target, None)
+            if self._session.is_lost(gpu):
+                return False
+            if gpu_instance is None:
+                self._stop_sampling(index)
+                return False
+            self._unsupported.add(target)  # e.g. 520.x: GPM without nvmlGpmMigSampleGet
+            return True
+        self._turn[target] = 1 - turn
+        if target not in self._has_previous:
+            self._has_previous.add(target)
+            return True
+        reading = self._metrics(gpu, previous, current)
+        with self._lock:
+            if reading is None:
+                self._readings.pop(target, None)
+            else:
+                self._readings[target] = reading
+        return True
 
     def reading(self, gpu: GpuHandle) -> GpmReading | None:
         with self._lock:
-            return self._readings.get(gpu.index)
+            return self._readings.get((gpu.index, None))
+
+    def instance_readings(self, gpu: GpuHandle) -> dict[int, GpmReading]:
+        """The latest metrics of each GPU instance of a MIG-enabled GPU, by instance id."""
+        with self._lock:
+            return {
+                gi: reading
+                for (index, gi), reading in self._readings.items()
+                if index == gpu.index and gi is not None
+            }
 
     def close(self) -> None:
         """Free every sample (the session is about to end)."""
@@ -101,7 +148,7 @@ class GpmSampler:
             except self._session.error_type as error:
                 log.debug("nvmlGpmSampleFree failed: %s", error)
 
-    def _alloc_pair(self, gpu: GpuHandle) -> tuple[Any, Any] | None:
+    def _alloc_pair(self, gpu: GpuHandle, target: Target) -> tuple[Any, Any] | None:
         nvml = self._session.nvml
         allocated: list[Any] = []
         try:
@@ -113,7 +160,7 @@ class GpmSampler:
                 nvml.nvmlGpmSampleFree(sample)
             return None
         pair = (allocated[0], allocated[1])
-        self._samples[gpu.index] = pair
+        self._samples[target] = pair
         return pair
 
     def _metrics(self, gpu: GpuHandle, first: Any, second: Any) -> GpmReading | None:
@@ -145,7 +192,8 @@ class GpmSampler:
         return GpmReading(**values)
 
     def _stop_sampling(self, index: int) -> None:
-        self._has_previous.discard(index)
+        self._has_previous = {t for t in self._has_previous if t[0] != index}
         with self._lock:
             self._gpus.pop(index, None)
-            self._readings.pop(index, None)
+            for target in [t for t in self._readings if t[0] == index]:
+                self._readings.pop(target, None)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import ModuleType
 from typing import Literal
 
-from mirrorwatch.exporter.backend import BackendStatus
+from mirrorwatch.exporter.backend import BackendStatus, P2pCapability, P2pStatus
+from mirrorwatch.exporter.nvml import preflight
 from mirrorwatch.exporter.nvml.device import NvmlDevice
 from mirrorwatch.exporter.nvml.events import XidCounts, XidEvents
 from mirrorwatch.exporter.nvml.features import DeviceFeatures, probe_features
@@ -102,6 +103,11 @@ class NvmlBackend:
         self._pcie_totals = PcieTotals()
 
     @property
+    def session(self) -> NvmlSession | None:
+        """The NVML session now open (None while NVML is down): which versions it chose."""
+        return self._session
+
+    @property
     def kind(self) -> Literal["nvml"]:
         return "nvml"
 
@@ -137,6 +143,21 @@ class NvmlBackend:
     def gpus(self) -> Sequence[NvmlDevice]:
         with self._state:
             return self._devices if self._status.up else ()
+
+    # Pre-flight readings (mirrorwatch-doctor; nvml/preflight.py).
+
+    def cuda_driver_version(self) -> tuple[int, int] | None:
+        with self._state:
+            session = self._session if self._status.up else None
+        return None if session is None else preflight.cuda_driver_version(session)
+
+    def p2p_status(self, first: int, second: int) -> Mapping[P2pCapability, P2pStatus]:
+        with self._state:
+            session = self._session if self._status.up else None
+            by_index = {device.index: device for device in self._devices}
+        if session is None or first not in by_index or second not in by_index:
+            return {}
+        return preflight.p2p_status(session, by_index[first].gpu, by_index[second].gpu)
 
     def poll(self) -> float:
         """One round of background work; returns the seconds until the next one is due."""

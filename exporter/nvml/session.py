@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal
 
+from mirrorwatch.exporter.nvml.versions import LADDERS, STABLE_FIELD_IDS, Version
 from mirrorwatch.exporter.vocabulary import canonical_bus_id
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,8 @@ class NvmlSession:
         self._logged: set[tuple[str, ...]] = set()
         self._lost: dict[int, float] = {}  # GPU index -> when (clock) it was lost
         self._no_field_values: set[int] = set()
+        self._symbols: dict[str, bool] = {}
+        self._resolved: dict[str, Version | None] = {}
         self._names = {
             int(getattr(nvml, name)): name for name in dir(nvml) if name.startswith("NVML_ERROR_")
         }
@@ -185,6 +188,11 @@ class NvmlSession:
     def constant(self, name: str) -> int | None:
         value = getattr(self.nvml, name, None)
         return None if value is None else int(value)
+
+    def field_id(self, name: str) -> int | None:
+        """An NVML_FI_* id: the binding's constant, else its stable number (ids below 199)."""
+        value = self.constant(name)
+        return STABLE_FIELD_IDS.get(name) if value is None else value
 
     def error_name(self, error: BaseException) -> str:
         code = getattr(error, "value", None)
@@ -311,14 +319,119 @@ class NvmlSession:
 
     # Calls.
 
-    def call(self, gpu: GpuHandle, function: str, *args: Any, fallback: str = "") -> Any:
-        """Run ``function(handle, *args)``; ``None`` for any failure, acted on here."""
+    def has_symbol(self, symbol: str) -> bool | None:
+        """Whether the loaded libnvidia-ml exports ``symbol`` (a ctypes lookup, kept).
+
+        None where the binding offers no lookup (``_nvmlGetFunctionPointer``): then only the
+        wrappers it has can tell.
+        """
+        known = self._symbols.get(symbol)
+        if known is not None:
+            return known
+        lookup = getattr(self.nvml, "_nvmlGetFunctionPointer", None)
+        if lookup is None:
+            return None
+        try:
+            lookup(symbol)
+        except self.error_type as error:
+            if not self.is_error(error, "NVML_ERROR_FUNCTION_NOT_FOUND"):
+                return False  # uninitialised: ask again once NVML is up
+            found = False
+        else:
+            found = True
+        with self._lock:
+            self._symbols[symbol] = found
+        return found
+
+    def resolve(self, api: str) -> Version | None:
+        """The newest version of ``api`` (``versions.LADDERS``) this library and binding have.
+
+        Chosen once per session. Taking an older version is what this driver needs, not a
+        fault: it is logged once at info level, naming the version skipped.
+        """
+        if api in self._resolved:
+            return self._resolved[api]
+        ladder = LADDERS[api]
+        chosen: Version | None = None
+        for version in ladder:
+            if self.usable(version):
+                chosen = version
+                break
+        with self._lock:
+            self._resolved[api] = chosen
+        if chosen is None:
+            self.log_once(
+                ("api", api),
+                "NVML offers none of %s here; the readings that need them are absent",
+                ", ".join(v.symbol for v in ladder),
+                nvml_api=api,
+            )
+        elif chosen is not ladder[0]:
+            log.info(
+                "NVML %s: this driver's library has no %s, using %s",
+                api,
+                ladder[0].symbol,
+                chosen.symbol,
+                extra={"nvml_api": api, "nvml_function": chosen.symbol},
+            )
+        return chosen
+
+    def resolved(self) -> dict[str, str]:
+        """Each API resolved so far -> the symbol it uses ("" where none is available)."""
+        with self._lock:
+            chosen = dict(self._resolved)
+        return {api: "" if v is None else v.symbol for api, v in chosen.items()}
+
+    def usable(self, version: Version) -> bool:
+        """The library exports ``version`` and the binding can call it."""
+        if self._symbols.get(version.symbol) is False:
+            return False
+        if version.wrapper and getattr(self.nvml, version.wrapper, None) is None:
+            return False
+        if any(getattr(self.nvml, name, None) is None for name in version.constants.values()):
+            return False
+        present = self.has_symbol(version.symbol)
+        if present is None:
+            # No lookup: the binding's own wrapper is all there is; a keyword-selected or a
+            # raw-ctypes version cannot be told apart from the plain one, so only that serves.
+            return bool(version.wrapper) and not version.constants
+        return present
+
+    def call_api(self, gpu: GpuHandle, api: str, *args: Any, handle: Any = None) -> Any:
+        """``api`` through the version ``resolve`` chose; None where there is none.
+
+        A version that answers FunctionNotFound all the same (a binding without a symbol
+        lookup, or a wrapper that calls another symbol than its name says) is struck off and
+        the next one tried, so the ladder holds either way.
+        """
+        while (version := self.resolve(api)) is not None and version.wrapper:
+            fn = getattr(self.nvml, version.wrapper)
+            kwargs = {name: getattr(self.nvml, value) for name, value in version.constants.items()}
+            if self.is_lost(gpu):
+                return None
+            try:
+                return fn(gpu.handle if handle is None else handle, *args, **kwargs)
+            except self.error_type as error:
+                if not self.is_error(error, "NVML_ERROR_FUNCTION_NOT_FOUND"):
+                    self.handle_error(gpu, version.wrapper, error)
+                    return None
+            with self._lock:
+                self._symbols[version.symbol] = False
+                self._resolved.pop(api, None)
+        return None
+
+    def call(
+        self, gpu: GpuHandle, function: str, *args: Any, handle: Any = None, **kwargs: Any
+    ) -> Any:
+        """Run ``function(handle, *args)``; ``None`` for any failure, acted on here.
+
+        ``handle`` defaults to the GPU's own; a MIG device's handle is passed here so that its
+        failures count against its parent GPU.
+        """
         if self.is_lost(gpu):
             return None
         fn = getattr(self.nvml, function, None)
         if fn is None:
-            if fallback:
-                return self.call(gpu, fallback, *args)
             self.log_once(
                 ("missing", function),
                 "This nvidia-ml-py has no %s; the readings that need it are absent",
@@ -326,12 +439,24 @@ class NvmlSession:
                 nvml_function=function,
             )
             return None
+        return self.run(gpu, function, fn, *args, handle=handle, **kwargs)
+
+    def run(
+        self,
+        gpu: GpuHandle,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        handle: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """``fn(handle, *args)`` with its NVML errors acted on as ``name``'s; None on failure."""
+        if self.is_lost(gpu):
+            return None
         try:
-            return fn(gpu.handle, *args)
+            return fn(gpu.handle if handle is None else handle, *args, **kwargs)
         except self.error_type as error:
-            if fallback and self.is_error(error, "NVML_ERROR_FUNCTION_NOT_FOUND"):
-                return self.call(gpu, fallback, *args)
-            self.handle_error(gpu, function, error)
+            self.handle_error(gpu, name, error)
             return None
 
     def handle_error(self, gpu: GpuHandle, function: str, error: BaseException) -> None:

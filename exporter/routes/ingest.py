@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from mirrorwatch.exporter.ingest.errors import IngestError
 from mirrorwatch.exporter.ingest.schema import TrainingSnapshot
-from mirrorwatch.exporter.ingest.store import RunStore
+from mirrorwatch.exporter.ingest.store import PushRefusedError, RefusalKind, RunStore
 from mirrorwatch.exporter.state import ExporterState
 from mirrorwatch.exporter.vocabulary import MAX_WORKER, RUN_PATTERN, RUN_RULE
 
@@ -47,6 +47,7 @@ class ErrorBody(BaseModel):
     error: str
     reason: str
     field: str | None = None
+    limit: str | None = None
     errors: list[FieldProblem] | None = None
 
 
@@ -70,10 +71,25 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         413: "body over 1 MiB, a string over 1024 bytes, or more values than a snapshot has",
         415: "body not sent as application/json",
         422: "schema violation, or a counter that went down within a session",
-        429: "over the run, worker or replica limit",
+        429: "over a limit (named in `limit`): runs, workers of the run, workers in all, or "
+        "replicas per worker",
         431: "request line and headers over the exporter's limit",
     }
     return {code: {"model": ErrorBody, "description": text[code]} for code in codes}
+
+
+_STATUS: dict[RefusalKind, int] = {"stale": 409, "invalid": 422, "over_limit": 429}
+_PATH_PARTS = ("run", "worker")
+
+
+def refusal_error(refused: PushRefusedError) -> IngestError:
+    """The store's refusal as the API says it: its status, and the field as the client sent it
+    (``path.run``, ``path.worker`` or ``body.<field>``)."""
+    where = "path" if refused.subject in _PATH_PARTS else "body"
+    field = f"{where}.{refused.subject}"
+    return IngestError(
+        _STATUS[refused.kind], refused.kind, f"{field}: {refused.message}", field, refused.limit
+    )
 
 
 def _store(request: Request) -> RunStore:
@@ -119,7 +135,10 @@ async def push_snapshot(
 ) -> PushAccepted:
     # The hot path of every worker's push: `async` with lock-only work, and no sync dependency,
     # so no threadpool hop.
-    outcome = _store(request).put(run, worker, snapshot)
+    try:
+        outcome = _store(request).put(run, worker, snapshot)
+    except PushRefusedError as refused:
+        raise refusal_error(refused) from None
     return PushAccepted(run=run, worker=worker, outcome=outcome.value, sequence=snapshot.sequence)
 
 

@@ -13,12 +13,17 @@ from mirrorwatch.exporter.backend import (
     THROTTLE_REASONS,
     BackendStatus,
     Clock,
+    DeviceConfig,
     EccErrorType,
     GpmReading,
     GpuProcess,
     GpuProcesses,
     MemoryBytes,
+    MigDevice,
     NvlinkCounters,
+    P2pCapability,
+    P2pLink,
+    P2pStatus,
     PcieLink,
     PeerLink,
     ProcessType,
@@ -45,12 +50,32 @@ _GIB: Final = 1024.0**3
 _SM_ACTIVITY_PER_UTILIZATION: Final = 0.85
 _SM_OCCUPANCY_PER_UTILIZATION: Final = 0.5
 _TENSOR_ACTIVITY_PER_UTILIZATION: Final = 0.6
+# Peer-to-peer as NVML answers it for each way two GPUs reach each other: PCIe P2P works under
+# one root complex, not across the sockets' interconnect (IOH topology not supported).
+_P2P: Final[Mapping[P2pLink, Mapping[P2pCapability, P2pStatus]]] = {
+    "nvlink": {"read": "ok", "write": "ok", "nvlink": "ok"},
+    "pcie_switch": {"read": "ok", "write": "ok", "nvlink": "not_supported"},
+    "pcie_host_bridge": {"read": "ok", "write": "ok", "nvlink": "not_supported"},
+    "numa_node": {"read": "ok", "write": "ok", "nvlink": "not_supported"},
+    "cross_numa": {
+        "read": "topology_not_supported",
+        "write": "topology_not_supported",
+        "nvlink": "not_supported",
+    },
+}
 
 
 def gpu_uuid(seed: int, index: int) -> str:
     """A stable UUID for GPU `index` of a scenario with `seed`, in NVML's "GPU-..." form."""
     digest = hashlib.sha256(f"mirrorwatch-simulated-gpu:{seed}:{index}".encode()).digest()
     return f"GPU-{uuid.UUID(bytes=digest[:16], version=4)}"
+
+
+def mig_uuid(gpu_uuid: str, gpu_instance: int, compute_instance: int) -> str:
+    """A stable UUID for a MIG device, in NVML's "MIG-..." form (R470 and later)."""
+    key = f"mirrorwatch-simulated-mig:{gpu_uuid}:{gpu_instance}:{compute_instance}"
+    digest = hashlib.sha256(key.encode()).digest()
+    return f"MIG-{uuid.UUID(bytes=digest[:16], version=4)}"
 
 
 def pci_bus_id(index: int) -> str:
@@ -83,6 +108,7 @@ class SimulatedGpu:
             None if processes is None else tuple(p for p in processes if p.gpu == physics.index)
         )
         self._hardware = hardware
+        self._mig = tuple(spec for spec in hardware.mig if spec.gpu == physics.index)
         self._now = now
         self._epoch = epoch
         self._index = physics.index
@@ -201,11 +227,11 @@ class SimulatedGpu:
 
     def utilization_ratio(self) -> float | None:
         sample = self._sample()
-        return None if sample is None else sample.utilization
+        return None if sample is None or self._mig else sample.utilization
 
     def memory_utilization_ratio(self) -> float | None:
         sample = self._sample()
-        return None if sample is None else sample.memory_utilization
+        return None if sample is None or self._mig else sample.memory_utilization
 
     def memory_bytes(self) -> MemoryBytes | None:
         sample = self._sample()
@@ -316,8 +342,28 @@ class SimulatedGpu:
             ),
         )
 
+    def mig_enabled(self) -> bool | None:
+        return bool(self._mig) if self._hardware.mig else None
+
+    def mig_devices(self) -> Sequence[MigDevice]:
+        if not self._mig or self._sample() is None:
+            return ()
+        return tuple(
+            MigDevice(
+                mig_uuid=mig_uuid(self._uuid, spec.gpu_instance, spec.compute_instance),
+                gpu_instance=spec.gpu_instance,
+                compute_instance=spec.compute_instance,
+                profile=spec.profile,
+                memory=MemoryBytes(
+                    spec.memory_gib * spec.memory_used_ratio * _GIB, spec.memory_gib * _GIB
+                ),
+                processes=spec.processes,
+            )
+            for spec in self._mig
+        )
+
     def gpm(self) -> GpmReading | None:
-        if not self._hardware.gpm:
+        if not self._hardware.gpm or self._mig:
             return None
         sample = self._sample()
         if sample is None:
@@ -328,6 +374,27 @@ class SimulatedGpu:
             sm_occupancy_ratio=busy * _SM_OCCUPANCY_PER_UTILIZATION,
             tensor_activity_ratio=busy * _TENSOR_ACTIVITY_PER_UTILIZATION,
             dram_activity_ratio=sample.memory_utilization,
+        )
+
+    def config(self) -> DeviceConfig | None:
+        if not self.alive():
+            return None
+        hardware = self._hardware
+        major, minor = hardware.compute_capability.split(".")
+        ecc = hardware.ecc
+        return DeviceConfig(
+            compute_capability=(int(major), int(minor)),
+            persistence_mode=hardware.persistence_mode,
+            compute_mode=hardware.compute_mode,
+            ecc_enabled=ecc,
+            retired_pages_pending=False if ecc else None,
+            remapped_rows_pending=False if ecc else None,
+            remapped_rows_failed=False if ecc else None,
+            mig_enabled=bool(self._mig),
+            power_limit_default_watts=hardware.power_limit_watts,
+            pcie_generation_gpu_max=hardware.pcie_generation,
+            numa_node=hardware.numa_node(self._index),
+            local_cpus=hardware.node_cpus(hardware.numa_node(self._index)),
         )
 
 
@@ -423,3 +490,15 @@ class SimulatedBackend:
 
     def gpus(self) -> Sequence[SimulatedGpu]:
         return self._gpus
+
+    def cuda_driver_version(self) -> tuple[int, int]:
+        major, minor = self._scenario.cuda_version.split(".")
+        return int(major), int(minor)
+
+    def p2p_status(self, first: int, second: int) -> Mapping[P2pCapability, P2pStatus]:
+        count = len(self._gpus)
+        if first == second or not (0 <= first < count and 0 <= second < count):
+            return {}
+        if not (self._gpus[first].alive() and self._gpus[second].alive()):
+            return {}
+        return _P2P[self._scenario.gpus.peer_link]

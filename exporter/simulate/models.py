@@ -22,6 +22,7 @@ from pydantic_core import PydanticCustomError
 
 from mirrorwatch.exporter.backend import (
     ClocksEventReason,
+    ComputeMode,
     EccErrorType,
     NvlinkErrorType,
     P2pLink,
@@ -147,6 +148,18 @@ class Override(Workload):
 # --- hardware -------------------------------------------------------------------------------
 
 
+class MigInstance(StrictModel):
+    """One MIG device of a simulated GPU, which then has MIG on (an A100/H100 layout)."""
+
+    gpu: int = Field(ge=0, lt=MAX_GPUS)
+    gpu_instance: int = Field(ge=0)
+    compute_instance: int = Field(default=0, ge=0)
+    profile: str = Field(min_length=1)  # NVML's name, e.g. 3g.40gb
+    memory_gib: float = Field(gt=0)
+    memory_used_ratio: float = Field(default=0.5, ge=0, le=1)
+    processes: int = Field(default=1, ge=0)
+
+
 class Hardware(StrictModel):
     """The GPUs of the simulated host; the defaults describe an H100-class board."""
 
@@ -171,6 +184,16 @@ class Hardware(StrictModel):
     # GPU Performance Monitoring (Hopper and later). Off by default, although the default
     # board is an H100, so that the built-in scenarios' scrapes stay as they were.
     gpm: bool = False
+    # Pre-flight state (mirrorwatch-doctor reads it; no metric does).
+    compute_capability: str = Field(default="9.0", pattern=r"^[0-9]{1,2}\.[0-9]$")
+    persistence_mode: bool = True
+    compute_mode: ComputeMode = "default"
+    # The host's CPUs, split evenly over its NUMA nodes; GPU i sits on node i * nodes // count.
+    numa_nodes: int = Field(default=1, ge=1, le=8)
+    cpus: int = Field(default=32, ge=1, le=4096)
+    # MIG devices; the GPUs they name have MIG on (no utilisation, like NVML's NotSupported on
+    # a MIG parent), the others MIG off. Empty: no GPU reports MIG at all.
+    mig: list[MigInstance] = Field(default_factory=list)
 
     @field_validator("idle_power_watts")
     @classmethod
@@ -195,6 +218,16 @@ class Hardware(StrictModel):
                 "hardware", "GPUs with NVLink links reach each other over nvlink; set nvlinks: 0"
             )
         return topology
+
+    def numa_node(self, gpu: int) -> int:
+        """The NUMA node GPU ``gpu`` hangs off."""
+        return gpu * self.numa_nodes // self.count
+
+    def node_cpus(self, node: int) -> frozenset[int]:
+        """The CPUs of NUMA node ``node`` (each node has an equal share, the last the rest)."""
+        share = max(1, self.cpus // self.numa_nodes)
+        last = self.cpus if node == self.numa_nodes - 1 else (node + 1) * share
+        return frozenset(range(node * share, last))
 
     @property
     def peer_link(self) -> P2pLink:

@@ -53,6 +53,8 @@ class Scenario(StrictModel):
     description: str = ""
     seed: int = 0
     driver_version: str = "550.90.07"
+    # The newest CUDA that driver supports (R550: CUDA 12.4), as nvmlSystemGetCudaDriverVersion.
+    cuda_version: str = Field(default="12.4", pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")
     gpus: Hardware = Hardware()
     workload: Workload = Workload()
     overrides: list[Override] = Field(default_factory=list)

@@ -110,6 +110,57 @@ def test_alert_routes_to_its_receiver(labels: dict[str, str], receiver: str) -> 
     assert result.stdout.strip() == receiver
 
 
+def render_template(tmp_path: Path, alert: dict[str, Any], name: str) -> str:
+    """``name`` of alerts/mirrorwatch.tmpl for one firing alert, as amtool renders it."""
+    data = {
+        "receiver": "default",
+        "status": "firing",
+        "alerts": [alert],
+        "groupLabels": {"alertname": alert["labels"]["alertname"]},
+        "commonLabels": alert["labels"],
+        "commonAnnotations": {},
+        "externalURL": "http://127.0.0.1:9093",
+    }
+    data_file = tmp_path / "data.json"
+    data_file.write_text(json.dumps(data))
+    result = run(
+        [
+            binary("amtool"),
+            "template",
+            "render",
+            f"--template.glob={TEMPLATE}",
+            f"--template.data={data_file}",
+            f'--template.text={{{{ template "{name}" . }}}}',
+        ]
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_notification_template_names_the_host_behind_an_agent(tmp_path: Path) -> None:
+    """Hosts behind agents share `instance` (localhost:9848): the `host` label names them."""
+    alert = {
+        "status": "firing",
+        "labels": {
+            "alertname": "GpuMissing",
+            "severity": "critical",
+            "cluster": "lab",
+            "host": "gpu-b",
+            "instance": "localhost:9848",
+        },
+        "annotations": {"summary": "gpu-b has fewer GPUs than expected", "value": "1 missing"},
+        "startsAt": "2024-01-01T00:00:00Z",
+        "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "",
+        "fingerprint": "0",
+    }
+    assert render_template(tmp_path, alert, "mirrorwatch.title") == (
+        "[FIRING:1] GpuMissing on gpu-b"
+    )
+    assert "host: gpu-b | GPU: -" in render_template(tmp_path, alert, "mirrorwatch.text")
+    assert "host <code>gpu-b</code>" in render_template(tmp_path, alert, "mirrorwatch.email.html")
+
+
 def test_notification_template_shows_host_gpu_run_value_and_runbook(tmp_path: Path) -> None:
     alert = {
         "status": "firing",

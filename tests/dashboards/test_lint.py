@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from typing import Any
 
@@ -60,6 +61,18 @@ def test_job_and_instance_variables_follow_the_linter(name: str, var: str, label
     assert v["multi"] is True
     assert v["includeAll"] is True
     assert v["allValue"] == ".+"
+
+
+@each_dashboard
+def test_host_variable_selects_one_host_behind_agents_and_all_on_one_prometheus(
+    name: str,
+) -> None:
+    """Its "All" matches series without a `host` label too (a single Prometheus); the
+    instance list follows the chosen host."""
+    host = variable(DASHBOARDS[name], "host")
+    assert host["allValue"] == ".*"
+    assert re.fullmatch(host["allValue"], "")
+    assert 'host=~"$host"' in variable(DASHBOARDS[name], "instance")["query"]
 
 
 @each_dashboard
@@ -137,6 +150,8 @@ def test_every_selector_carries_job_and_instance_matchers(target: Target) -> Non
         assert ("instance", "=~", '"$instance"') in matchers, (
             f"{selector.metric} lacks instance in {expr}"
         )
+        # Behind agents hosts may share an instance: only `host` tells them apart.
+        assert ("host", "=~", '"$host"') in matchers, f"{selector.metric} lacks host in {expr}"
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=str)

@@ -275,6 +275,7 @@ def values(scenario: str) -> dict[str, str]:
         "__rate_interval": RATE_INTERVAL,
         "__rate_interval_ms": RATE_INTERVAL_MS,
         "job": job(scenario),
+        "host": ".*",
         "instance": ".+",
         "run": run_name(scenario),
         "gpu": ".+",

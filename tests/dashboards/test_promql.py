@@ -28,6 +28,7 @@ PARSE_VALUES = {
     "__rate_interval": "1m",
     "__rate_interval_ms": "60000",
     "job": ".+",
+    "host": ".*",
     "instance": ".+",
     "run": ".+",
     "gpu": ".+",

@@ -24,6 +24,7 @@ GRAFANA_VALUES = {
     "__rate_interval": "1m",
     "__rate_interval_ms": "60000",
     "job": ".+",
+    "host": ".*",
     "instance": ".+",
     "gpu": ".+",
 }

@@ -9,12 +9,16 @@ from typing import Literal
 from mirrorwatch.exporter.backend import (
     BackendStatus,
     Clock,
+    DeviceConfig,
     EccErrorType,
     GpmReading,
     GpuDevice,
     GpuProcesses,
     MemoryBytes,
+    MigDevice,
     NvlinkCounters,
+    P2pCapability,
+    P2pStatus,
     PcieLink,
     PeerLink,
     TemperatureThreshold,
@@ -68,6 +72,7 @@ class StaticGpu:
     peer_links: Sequence[PeerLink] = ()
     process_list: GpuProcesses | None = None
     gpm_reading: GpmReading | None = None
+    device_config: DeviceConfig | None = None  # pre-flight readings (mirrorwatch-doctor)
 
     def alive(self) -> bool:
         return self.is_alive
@@ -141,6 +146,15 @@ class StaticGpu:
     def gpm(self) -> GpmReading | None:
         return self.gpm_reading
 
+    def config(self) -> DeviceConfig | None:
+        return self.device_config
+
+    def mig_enabled(self) -> bool | None:
+        return None
+
+    def mig_devices(self) -> Sequence[MigDevice]:
+        return ()
+
 
 @dataclass
 class StaticBackend:
@@ -169,3 +183,9 @@ class StaticBackend:
 
     def gpus(self) -> Sequence[GpuDevice]:
         return self.devices
+
+    def cuda_driver_version(self) -> tuple[int, int] | None:
+        return (12, 4) if self.status_now.up else None
+
+    def p2p_status(self, first: int, second: int) -> Mapping[P2pCapability, P2pStatus]:
+        return {}

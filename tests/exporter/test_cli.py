@@ -153,6 +153,7 @@ def test_the_flags_are_the_documented_ones() -> None:
         "--ingest-token",
         "--run-ttl",
         "--max-runs",
+        "--max-workers-per-run",
         "--max-workers",
         "--max-replicas",
         "--trusted-proxies",

@@ -25,6 +25,7 @@ from mirrorwatch.exporter.exposition import (
     TextRenderer,
     label_set,
     mark_static,
+    sample_line,
 )
 from mirrorwatch.exporter.simulate.backend import SimulatedBackend
 from mirrorwatch.exporter.simulate.scenario import load_scenario
@@ -155,3 +156,14 @@ def test_openmetrics_scrape_parses_to_the_samples_of_the_text_scrape() -> None:
     parsed_text = samples(text_string_to_metric_families(text))
     assert len(parsed_text) > 100
     assert samples(openmetrics_families(om)) == parsed_text  # type: ignore[no-untyped-call]
+
+
+def test_sample_lines_render_as_prometheus_client_does_in_both_formats() -> None:
+    gauge = GaugeMetricFamily("g", "h", labels=["run", "worker"])
+    for worker, value in enumerate((81_234_567_890.0, 0.1, 2.0**31, 1e-7, -3.5)):
+        gauge.samples.append(sample_line("g", {"run": 'r"\\\n', "worker": str(worker)}, value))
+    counter = CounterMetricFamily("c", "a counter", labels=["run"])
+    counter.samples.append(sample_line("c_total", {"run": "r"}, 12345.0))
+    families: list[Metric] = [gauge, counter]
+    assert TextRenderer().render(families) == reference(families)
+    assert OpenMetricsRenderer().render(families) == reference_openmetrics(families)

@@ -222,6 +222,28 @@ def test_replicas_resolve_to_nothing_while_the_gpu_backend_is_down(
     assert series["mirrorwatch_training_steps_total"] == {labels(**W): 100}
 
 
+def test_a_push_between_scrapes_shows_on_the_next_scrape(client: TestClient) -> None:
+    # A worker's samples are kept from scrape to scrape until its next push.
+    client.put(URL, json=snapshot_body())
+    assert metric(client, "mirrorwatch_training_steps_total", **W) == 100
+    assert metric(client, "mirrorwatch_training_steps_total", **W) == 100
+    client.put(URL, json=snapshot_body(sequence=2, steps_total=150, loss=0.125))
+    assert metric(client, "mirrorwatch_training_steps_total", **W) == 150
+    assert metric(client, "mirrorwatch_training_loss", **W) == 0.125
+
+
+def test_a_gpu_going_down_after_the_push_costs_its_replicas_at_the_next_scrape(
+    client: TestClient, backend: StaticBackend
+) -> None:
+    client.put(URL, json=snapshot_body())
+    replica_info = "mirrorwatch_training_replica_info"
+    assert len(training_series(client.get("/metrics").text)[replica_info]) == 2
+    backend.status_now = BackendStatus(up=False, reason="NVML: driver not loaded")
+    series = training_series(client.get("/metrics").text)
+    assert replica_info not in series
+    assert series["mirrorwatch_training_steps_total"] == {labels(**W): 100}
+
+
 def test_every_rejection_reason_is_published_from_zero(client: TestClient) -> None:
     series = parse_series(client.get("/metrics").text)
     assert series["mirrorwatch_exporter_ingest_rejected_total"] == {

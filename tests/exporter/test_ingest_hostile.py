@@ -202,6 +202,54 @@ def test_one_worker_too_many_is_429_naming_the_worker(client: TestClient) -> Non
         client.put(f"/api/v1/runs/a/workers/{worker}", json=snapshot_body(), headers=AUTH)
     response = client.put("/api/v1/runs/a/workers/3", json=snapshot_body(), headers=AUTH)
     assert (response.status_code, response.json()["field"]) == (429, "path.worker")
+    assert response.json()["limit"] == "max_workers"
+
+
+@pytest.fixture
+def host_client() -> Iterator[TestClient]:
+    """An exporter at the default limits."""
+    settings = Settings(ingest_token=SecretStr(TOKEN))
+    with TestClient(create_app(settings, StaticBackend([StaticGpu()]))) as client:
+        yield client
+
+
+def test_at_the_default_limits_a_run_takes_16_workers_and_the_17th_gets_429(
+    host_client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    for worker in range(16):
+        url = f"/api/v1/runs/sweep/workers/{worker}"
+        assert host_client.put(url, json=snapshot_body(), headers=AUTH).status_code == 200
+    for _ in range(3):  # a client retrying: every refusal counted, one log line
+        response = host_client.put(
+            "/api/v1/runs/sweep/workers/16", json=snapshot_body(), headers=AUTH
+        )
+    body = response.json()
+    assert (response.status_code, body["field"], body["limit"]) == (
+        429,
+        "path.worker",
+        "max_workers_per_run",
+    )
+    assert body["error"].startswith("path.worker: run 'sweep' already has 16 workers tracked")
+    assert rejected(host_client, "over_limit") == 3
+    lines = [r.getMessage() for r in caplog.records if "ingest request refused" in r.getMessage()]
+    assert len(lines) == 1
+    assert "over_limit (429, --max-workers-per-run)" in lines[0]
+
+
+def test_at_the_default_limits_16_replicas_are_taken_and_17_get_429(
+    host_client: TestClient,
+) -> None:
+    def body(count: int) -> dict[str, Any]:
+        devices = [{"replica": i, "device": f"/device:GPU:{i}"} for i in range(count)]
+        return snapshot_body(replicas=count, replica_devices=devices)
+
+    assert host_client.put(URL, json=body(16), headers=AUTH).status_code == 200
+    response = host_client.put("/api/v1/runs/r1/workers/1", json=body(17), headers=AUTH)
+    assert (response.status_code, response.json()["field"], response.json()["limit"]) == (
+        429,
+        "body.replicas",
+        "max_replicas",
+    )
 
 
 def test_a_body_at_the_limit_is_read_and_judged(client: TestClient) -> None:

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 
 from mirrorwatch.exporter.app import create_app
 from mirrorwatch.exporter.backend import GpuProcess, GpuProcesses
+from mirrorwatch.exporter.collectors.training import TrainingMetrics
 from mirrorwatch.exporter.ingest.errors import RejectionCounter
-from mirrorwatch.exporter.ingest.metrics import TrainingMetrics
 from mirrorwatch.exporter.ingest.owners import ProcessOwners, Worker
 from mirrorwatch.exporter.ingest.schema import TrainingSnapshot
 from mirrorwatch.exporter.ingest.store import Limits, RunStore
@@ -195,7 +195,7 @@ def test_without_the_host_pid_namespace_a_container_worker_cannot_be_matched(
 def test_an_unmatchable_run_gets_no_foreign_series_rather_than_all_foreign(
     tmp_path: Path, backend: StaticBackend
 ) -> None:
-    store = RunStore(Limits(), FakeClock())
+    store = RunStore(Limits.from_settings(Settings()), FakeClock())
     snapshot = TrainingSnapshot.model_validate(snapshot_body(pid=7, pid_namespace=CONTAINER_NS))
     store.put("r1", 0, snapshot)
     owners = ProcessOwners(fake_proc(tmp_path, CONTAINER_NS + 5, {}))

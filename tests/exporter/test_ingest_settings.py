@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from mirrorwatch.exporter.cli import build_parser, load_settings, main
+from mirrorwatch.exporter.ingest.store import Limits
 
 
 def fail(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -71,25 +72,32 @@ def test_the_token_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_ttl_and_limits_map_onto_settings() -> None:
-    args = ["--run-ttl", "30", "--max-runs", "2", "--max-workers", "8", "--max-replicas", "16"]
-    settings = load_settings(build_parser().parse_args(args))
-    assert (settings.run_ttl, settings.max_runs, settings.max_workers, settings.max_replicas) == (
-        30.0,
-        2,
-        8,
-        16,
+    args = ["--run-ttl", "30", "--max-runs", "2", "--max-workers-per-run", "3"]
+    args += ["--max-workers", "8", "--max-replicas", "16"]
+    limits = Limits.from_settings(load_settings(build_parser().parse_args(args)))
+    assert limits == Limits(
+        max_runs=2, max_workers_per_run=3, max_workers=8, max_replicas=16, ttl_seconds=30.0
     )
 
 
-def test_the_defaults_are_the_contracts() -> None:
+def test_the_default_limits_are_sized_for_one_host() -> None:
+    # docs/api.md "Limits" gives the reasons: a host of up to 16 GPUs, one worker process per
+    # GPU, a few runs at once and the finished ones lingering one TTL.
     settings = load_settings(build_parser().parse_args([]))
-    assert (settings.run_ttl, settings.max_runs, settings.max_workers, settings.max_replicas) == (
-        300.0,
-        64,
+    assert Limits.from_settings(settings) == Limits(
+        max_runs=16, max_workers_per_run=16, max_workers=64, max_replicas=16, ttl_seconds=300.0
+    )
+    assert settings.ingest_token_value() is None
+
+
+def test_a_cluster_sized_setting_is_possible_by_flag() -> None:
+    args = ["--max-runs", "64", "--max-workers-per-run", "1024", "--max-workers", "1024"]
+    settings = load_settings(build_parser().parse_args([*args, "--max-replicas", "64"]))
+    assert (settings.max_workers_per_run, settings.max_workers, settings.max_replicas) == (
+        1024,
         1024,
         64,
     )
-    assert settings.ingest_token_value() is None
 
 
 @pytest.mark.parametrize(
@@ -99,6 +107,10 @@ def test_the_defaults_are_the_contracts() -> None:
         (["--max-runs", "0"], "--max-runs: Input should be greater than or equal to 1"),
         (["--max-replicas", "5000"], "--max-replicas: Input should be less than or equal to"),
         (["--max-workers", "many"], "argument --max-workers: invalid int value: 'many'"),
+        (
+            ["--max-workers-per-run", "0"],
+            "--max-workers-per-run: Input should be greater than or equal to 1",
+        ),
     ],
 )
 def test_bad_ttl_and_limits_exit_2(

@@ -197,8 +197,8 @@ def test_anything_else_is_not_a_duration(written: object) -> None:
     [
         pytest.param(
             "description: d\ncolour: red\n",
-            "colour: unknown field; expected one of description, seed, driver_version, gpus, "
-            "workload, overrides, events, processes, expected_alerts",
+            "colour: unknown field; expected one of description, seed, driver_version, "
+            "cuda_version, gpus, workload, overrides, events, processes, expected_alerts",
             id="unknown-field",
         ),
         pytest.param(

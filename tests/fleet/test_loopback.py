@@ -206,6 +206,9 @@ def test_an_imbalance_on_one_host_reaches_alertmanager_with_that_host(fleet: Fle
     # GPU 1 lags (docs/scenarios.md).
     assert alert.labels["gpu"] == "1"
     assert {a.labels["host"] for a in fleet.alerts("GpuUtilizationImbalance")} == {"gpu-a"}
+    # vmalert fills the text by the same lookups: the lagging GPU of gpu-a, named by host.
+    assert "GPU 1 (" in alert.annotations["description"]
+    assert "on gpu-a" in alert.annotations["description"]
 
 
 def test_a_thermal_throttle_on_another_host_reaches_alertmanager_with_that_host(
@@ -215,6 +218,7 @@ def test_a_thermal_throttle_on_another_host_reaches_alertmanager_with_that_host(
     assert alert.labels["cluster"] == CLUSTER
     assert alert.labels["instance"] == "gpu-b"
     assert "gpu-b" in alert.annotations["summary"]
+    assert alert.annotations["description"].startswith(f"GPU 1 ({alert.labels['uuid']}) on gpu-b")
     assert {a.labels["host"] for a in fleet.alerts("GpuThermalThrottling")} == {"gpu-b"}
 
 
@@ -237,6 +241,7 @@ def fleet_queries() -> list[str]:
     (dashboard,) = (d for d in load_dashboards().values() if d["title"] == "Fleet")
     variables = {
         "job": ".*",
+        "host": ".*",
         "instance": ".*",
         "gpu": ".*",
         "run": ".*",

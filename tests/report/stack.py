@@ -1,13 +1,14 @@
 """Simulated hosts, one per scenario, scraped every second by one real Prometheus, each with a
-training run pushed every second: the ground the report tests stand on."""
+synthetic training run (training.py) pushed every second: the ground the report tests stand
+on."""
 
 from __future__ import annotations
 
-import json
 import os
+import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,13 +30,11 @@ from demo.stack import (
 )
 from mirrorwatch.exporter.ingest.schema import Scaling
 from mirrorwatch.exporter.procfs import INIT_PID_NAMESPACE
-from tests.exporter.ingest_snapshots import steady_training
+from tests.report.training import SyncTraining, reading
 
 # A second GPU that gives 1.6x and not 1.9x: what the trainer reports against its baseline.
 SPEEDUP = 1.6
 EFFICIENCY = 0.8
-STEPS_PER_SECOND = 20
-STEP_SECONDS = 0.05
 
 
 def run_of(scenario: str) -> str:
@@ -47,6 +46,7 @@ class Hosts:
     prometheus: str
     exporters: dict[str, Address]
     started: float
+    trainings: dict[str, SyncTraining]
 
     def query(self, expr: str, at: float) -> list[dict[str, Any]]:
         response = httpx.get(
@@ -58,59 +58,70 @@ class Hosts:
         return result
 
 
-def _snapshot(gpus: Sequence[dict[str, Any]], sequence: int) -> str:
-    body = _training(gpus, sequence)
-    # A worker in the host PID namespace with this test's pid: no simulated process has it,
-    # so a scenario's processes are all foreign to the run (docs/api.md).
-    return json.dumps({**json.loads(body), "pid": os.getpid(), "pid_namespace": INIT_PID_NAMESPACE})
+SCALING = Scaling(
+    speedup=SPEEDUP,
+    efficiency_ratio=EFFICIENCY,
+    baseline_examples_per_second=800.0,
+    examples_per_second=800.0 * SPEEDUP,
+)
+# A worker in the host PID namespace with this test's pid: no simulated process has it, so a
+# scenario's processes are all foreign to the run (docs/api.md).
+WORKER_PID = {"pid": os.getpid(), "pid_namespace": INIT_PID_NAMESPACE}
 
 
-def _training(gpus: Sequence[dict[str, Any]], sequence: int) -> str:
-    return steady_training(
-        gpus,
-        sequence,
-        session="report-test",
-        model="cnn",
-        steps_per_second=STEPS_PER_SECOND,
-        step_seconds=STEP_SECONDS,
-        epoch=1,
-        loss=0.4,
-        scaling=Scaling(
-            speedup=SPEEDUP,
-            efficiency_ratio=EFFICIENCY,
-            baseline_examples_per_second=800.0,
-            examples_per_second=800.0 * SPEEDUP,
-        ),
-    )
+@dataclass(frozen=True)
+class Pause:
+    """The exporter process ``pid`` stopped (SIGSTOP) ``at`` seconds into the run, for
+    ``seconds``: Prometheus's scrapes of it fail meanwhile, a gap in its telemetry."""
+
+    pid: int
+    at: float
+    seconds: float
 
 
 class Pusher(threading.Thread):
-    """Pushes each host's run once a second, as the callback would, until stopped."""
+    """Trains on each host once a second, as the pace of its GPUs allows, and pushes the run
+    as the callback would, until stopped."""
 
-    def __init__(self, exporters: dict[str, Address]) -> None:
+    def __init__(self, exporters: dict[str, Address], pauses: Mapping[str, Pause]) -> None:
         super().__init__(daemon=True)
         self.exporters = exporters
+        self.pauses = pauses
         self.halt = threading.Event()
         self.errors: list[str] = []
+        self.trainings = {name: SyncTraining() for name in exporters}
+
+    def _paused(self, name: str, elapsed: float) -> bool:
+        pause = self.pauses.get(name)
+        if pause is None:
+            return False
+        stopped = pause.at <= elapsed < pause.at + pause.seconds
+        os.kill(pause.pid, signal.SIGSTOP if stopped else signal.SIGCONT)
+        return stopped
 
     def run(self) -> None:
+        began = time.time()
         with httpx.Client(timeout=5) as client:
-            gpus = {
-                name: client.get(f"{a.url}/api/v1/gpus").json()["gpus"]
-                for name, a in self.exporters.items()
-            }
             sequence = 1
             while not self.halt.is_set():
                 for name, address in self.exporters.items():
+                    if self._paused(name, time.time() - began):
+                        continue
+                    gpus = client.get(f"{address.url}/api/v1/gpus").json()["gpus"]
+                    training = self.trainings[name]
+                    step = training.advance(time.time(), [reading(g) for g in gpus])
                     response = client.put(
                         f"{address.url}/api/v1/runs/{run_of(name)}/workers/0",
-                        content=_snapshot(gpus[name], sequence),
+                        content=training.snapshot(gpus, sequence, step, SCALING, WORKER_PID),
                         headers={"Content-Type": "application/json"},
                     )
                     if response.status_code != 200:
                         self.errors.append(response.text)
                 sequence += 1
-                self.halt.wait(1.0)
+                # Once a second on the second, however long the pushes took.
+                self.halt.wait(1.0 - (time.time() - began) % 1.0)
+        for pause in self.pauses.values():
+            os.kill(pause.pid, signal.SIGCONT)
 
 
 def prometheus_config(exporters: dict[str, Address]) -> dict[str, Any]:
@@ -125,9 +136,14 @@ def prometheus_config(exporters: dict[str, Address]) -> dict[str, Any]:
 
 
 @contextmanager
-def running_hosts(scenarios: Mapping[str, str], workdir: Path, seconds: float) -> Iterator[Hosts]:
+def running_hosts(
+    scenarios: Mapping[str, str],
+    workdir: Path,
+    seconds: float,
+    gaps: Mapping[str, tuple[float, float]] | None = None,
+) -> Iterator[Hosts]:
     """The hosts (name: built-in scenario or file) and Prometheus, after ``seconds`` of
-    training on every host."""
+    training on every host; ``gaps`` stop a host's exporter (name: (at, seconds))."""
     binary = find_binary("prometheus")
     if binary is None:
         pytest.fail("prometheus is not installed: run `make tools`", pytrace=False)
@@ -143,6 +159,10 @@ def running_hosts(scenarios: Mapping[str, str], workdir: Path, seconds: float) -
                 started.append((process, f"{address.url}/readyz"))
             for process, ready in started:
                 process.wait_ready(ready)
+            pauses = {}
+            for (process, _), name in zip(started, exporters, strict=True):
+                if name in (gaps or {}) and process.pid is not None:
+                    pauses[name] = Pause(process.pid, *(gaps or {})[name])
             config = prometheus_config(exporters)
             processes.start(
                 prometheus_process(binary, workdir, prometheus, config),
@@ -151,7 +171,7 @@ def running_hosts(scenarios: Mapping[str, str], workdir: Path, seconds: float) -
         except StackError as error:
             pytest.fail(str(error), pytrace=False)
         began = time.time()
-        pusher = Pusher(exporters)
+        pusher = Pusher(exporters, pauses)
         pusher.start()
         try:
             time.sleep(seconds)
@@ -160,4 +180,4 @@ def running_hosts(scenarios: Mapping[str, str], workdir: Path, seconds: float) -
             pusher.join()
         assert not pusher.errors, pusher.errors[:3]
         time.sleep(1.5)  # one more scrape after the last push
-        yield Hosts(prometheus.url, exporters, began)
+        yield Hosts(prometheus.url, exporters, began, pusher.trainings)

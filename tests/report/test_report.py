@@ -7,9 +7,11 @@ figure must be what its own query gives, and the page must render in a real brow
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.report.stack import EFFICIENCY, SPEEDUP, Hosts, run_of, running_hosts
+from tests.report.training import BATCH, Cause, SyncTraining, step_seconds
 
 SCENARIOS = (
     "imbalance",
@@ -30,6 +33,9 @@ SCENARIOS = (
     "healthy",
     "cross-numa",
     "foreign-process",
+    "throttles",
+    "xid",
+    "input-bound",
 )
 # Balanced and cool, but the pair has no NVLink and sits on two CPU sockets.
 CROSS_NUMA = """
@@ -40,6 +46,30 @@ gpus: {count: 2, nvlinks: 0, topology: cross_numa}
 workload:
   utilization: {constant: 0.95, noise: {stddev: 0.01}}
 """
+# GPU 0 pinned at a 500 W limit (it draws about 615 W busy), GPU 1 in hardware slowdown.
+THROTTLES = """
+description: GPU 0 held at a 500 W power limit and GPU 1 in hardware slowdown, from 3 s on.
+seed: 8
+expected_alerts: []
+gpus: {count: 2}
+workload:
+  utilization: {constant: 0.95, noise: {stddev: 0.01}}
+events:
+  - {type: power_cap, gpu: 0, at: 3s, watts: 500}
+  - {type: throttle, gpu: 1, at: 3s, reason: hw_slowdown}
+"""
+# Both GPUs 60 % busy and nothing throttled: waiting for input. Its exporter is also stopped
+# for GAP seconds (a telemetry gap).
+INPUT_BOUND = """
+description: Two GPUs at 60 % busy, cool and unthrottled, waiting for their input.
+seed: 9
+expected_alerts: []
+gpus: {count: 2}
+workload:
+  utilization: {constant: 0.60, noise: {stddev: 0.01}}
+"""
+GAP = (18.0, 8.0)
+FILES = {"cross-numa": CROSS_NUMA, "throttles": THROTTLES, "input-bound": INPUT_BOUND}
 # thermal-throttle passes its slowdown temperature ~23 s in, pcie-degraded drops to x8 at 10 s.
 RUN_SECONDS = 40
 REPORT = str(Path(sys.executable).with_name("mirrorwatch-report"))
@@ -80,10 +110,12 @@ class Reports:
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reports]:
     workdir = tmp_path_factory.mktemp("report")
-    cross_numa = workdir / "cross-numa.yaml"
-    cross_numa.write_text(CROSS_NUMA, encoding="utf-8")
-    files = {"cross-numa": str(cross_numa)}
-    with running_hosts({s: files.get(s, s) for s in SCENARIOS}, workdir, RUN_SECONDS) as hosts:
+    files = {}
+    for name, text in FILES.items():
+        files[name] = str(workdir / f"{name}.yaml")
+        Path(files[name]).write_text(text, encoding="utf-8")
+    scenarios = {s: files.get(s, s) for s in SCENARIOS}
+    with running_hosts(scenarios, workdir, RUN_SECONDS, {"input-bound": GAP}) as hosts:
         outs = {s: workdir / "out" / s for s in SCENARIOS}
         running = {
             s: subprocess.Popen(
@@ -143,6 +175,11 @@ def test_thermal_throttle_names_gpu_1_for_the_time_it_throttled(reports: Reports
     assert top["share"] == pytest.approx(sum(values) / len(values), abs=0.1)
     assert not any(f["kind"] == "thermal_throttling" and f["gpu"] == "0" for f in report.findings)
 
+    # Close to its slowdown temperature before and while throttled: a warning, costing nothing.
+    headroom = finding_of(report, "temperature_headroom", "1")
+    assert headroom["share"] >= top["share"]
+    assert headroom["cost"] == {"fraction": 0, "low": 0, "high": 0, "method": "no clock lost"}
+
 
 def test_pcie_degraded_names_the_link_below_its_maximum(reports: Reports) -> None:
     top = reports.by_scenario["pcie-degraded"].top
@@ -157,6 +194,10 @@ def test_a_pair_without_nvlink_across_sockets_is_the_interconnect(reports: Repor
     assert [f["kind"] for f in findings] == ["interconnect"]
     assert "across CPU sockets" in findings[0]["summary"]
     assert findings[0]["share"] > 0.9
+    # Its all-reduce over PCIe: the simulated 1.9 GB/s it sends over gen 5 x16 (63 GB/s).
+    cost = findings[0]["cost"]
+    assert cost["method"] == "all-reduce over PCIe"
+    assert cost["fraction"] == pytest.approx(0.95 * 2.0e9 / 63.0e9, abs=0.01)
 
 
 def test_a_foreign_process_names_the_shared_gpu_and_how_long(reports: Reports) -> None:
@@ -169,6 +210,8 @@ def test_a_foreign_process_names_the_shared_gpu_and_how_long(reports: Reports) -
     figures = {f["name"]: f["value"] for f in top["evidence"]["figures"]}
     assert figures["most foreign processes at once"] == 1
     assert figures["most memory they held"] == 12 * 1024**3
+    # How much of GPU 1 the notebook takes is not published: no number.
+    assert top["cost"] is None
     # GPU 0's probe came and went at 40 s, if the range reached it; GPU 1 is the one shared.
     assert next(f["gpu"] for f in report.findings if f["kind"] == "foreign_process") == "1"
     # Its chart is drawn under it; on hosts without such series it is left out (CHARTS).
@@ -182,6 +225,123 @@ def test_a_healthy_run_has_nothing_wrong(reports: Reports) -> None:
     assert [f["kind"] for f in reports.by_scenario["healthy"].findings] == ["none"]
 
 
+def figures_of(finding: dict[str, Any]) -> dict[str, float]:
+    return {f["name"]: f["value"] for f in finding["evidence"]["figures"]}
+
+
+def finding_of(report: Report, kind: str, gpu: str | None = None) -> dict[str, Any]:
+    found = [f for f in report.findings if f["kind"] == kind and (gpu is None or f["gpu"] == gpu)]
+    assert found, f"no {kind} finding in {[f['kind'] for f in report.findings]}"
+    return found[0]
+
+
+def test_a_power_cap_and_a_hardware_slowdown_name_their_gpus(reports: Reports) -> None:
+    report = reports.by_scenario["throttles"]
+    assert [(f["kind"], f["gpu"]) for f in report.findings[:2]] == [
+        ("hardware_slowdown", "1"),
+        ("power_capping", "0"),
+    ]
+    assert not any(f["kind"] == "input_bound" for f in report.findings)
+    for kind, clock_left in (("hardware_slowdown", 0.5), ("power_capping", 0.8)):
+        finding = finding_of(report, kind)
+        assert finding["share"] > 0.8
+        # The simulator's clock factor for each reason: the run lost 1 - r while held.
+        assert finding["cost"]["fraction"] == pytest.approx(
+            finding["share"] * (1 - clock_left), abs=0.04
+        )
+
+
+def test_an_xid_and_an_ecc_error_are_gpu_errors_without_a_cost(reports: Reports) -> None:
+    report = reports.by_scenario["xid"]
+    errors = [f for f in report.findings if f["kind"] == "gpu_error"]
+    assert report.top["kind"] == "gpu_error"
+    assert {f["gpu"] for f in errors} == {"1"}
+    assert any("XID 43, 48" in f["summary"] for f in errors)
+    assert any(f["runbook"] == "docs/runbook.md#gpueccuncorrectable" for f in errors)
+    assert all(f["cost"] is None for f in errors)
+    page = (report.out / "report.html").read_text(encoding="utf-8")
+    assert "Cost: no number." in page
+
+
+def test_gpus_waiting_for_input_are_input_bound_and_cost_their_idle_time(
+    reports: Reports,
+) -> None:
+    report = reports.by_scenario["input-bound"]
+    finding = finding_of(report, "input_bound")
+    assert finding["share"] > 0.8
+    assert finding["runbook"] == "docs/runbook.md#gpuutilizationimbalance"
+    # 60 % busy: 40 % of every step went waiting while it held.
+    cost = finding["cost"]
+    assert cost["fraction"] == pytest.approx(0.4 * finding["share"], abs=0.05)
+    # Below the 80 % cut only 1 - 0.6 / 0.8 of it counts at the least.
+    assert cost["low"] == pytest.approx(0.25 * finding["share"], abs=0.05)
+    assert cost["high"] >= cost["fraction"]
+
+
+def test_a_stopped_exporter_is_a_telemetry_gap_without_a_cost(reports: Reports) -> None:
+    report = reports.by_scenario["input-bound"]
+    gap = finding_of(report, "telemetry_gap")
+    assert report.findings[-1]["kind"] == "telemetry_gap"
+    assert figures_of(gap)["seconds without scrapes"] == pytest.approx(GAP[1], abs=2.5)
+    assert gap["runbook"] == "docs/runbook.md#mirrorwatchexporterdown"
+    assert gap["cost"] is None
+
+
+# --- what each cause cost, against the truth (training.py) ---------------------------------
+
+TRUTH: dict[str, tuple[str, str, tuple[Cause, ...]]] = {
+    "thermal-throttle": ("thermal_throttling", "1", ("clock",)),
+    "pcie-degraded": ("pcie_degraded", "1", ("link",)),
+    "imbalance": ("imbalance", "1", ("input",)),
+}
+
+
+@pytest.mark.parametrize("scenario", TRUTH)
+def test_the_cost_is_within_30_percent_of_the_truth(reports: Reports, scenario: str) -> None:
+    report = reports.by_scenario[scenario]
+    kind, gpu, causes = TRUTH[scenario]
+    cost = finding_of(report, kind, gpu)["cost"]
+    headline = report.data["headline"]
+    truth = reports.hosts.trainings[scenario].true_cost(headline["start"], headline["end"], causes)
+    assert truth > 0.02
+    assert cost["fraction"] == pytest.approx(truth, rel=0.3), cost
+    assert cost["low"] <= truth <= cost["high"], (truth, cost)
+
+
+def test_thermal_throttling_costs_between_a_tenth_and_nearly_half(reports: Reports) -> None:
+    top = reports.by_scenario["thermal-throttle"].top
+    assert (top["kind"], top["gpu"]) == ("thermal_throttling", "1")
+    cost = top["cost"]
+    assert 0.1 <= cost["fraction"] <= 0.45
+    assert cost["low"] < cost["fraction"] < cost["high"]
+    assert cost["method"] == "clock"
+
+
+def test_a_healthy_run_costs_nothing(reports: Reports) -> None:
+    report = reports.by_scenario["healthy"]
+    headline = report.data["headline"]
+    assert report.top["cost"] == {"fraction": 0, "low": 0, "high": 0, "method": "nothing lost"}
+    assert headline["cost"]["fraction"] == 0
+    assert headline["examples_per_second_without_causes"] == headline["examples_per_second"]
+    # The truth: only the GPUs' jitter against each other.
+    truth = reports.hosts.trainings["healthy"].true_cost(
+        headline["start"], headline["end"], ("clock", "link", "input")
+    )
+    assert 0 <= truth < 0.03
+
+
+def test_the_headline_says_what_the_run_would_do_without_its_causes(reports: Reports) -> None:
+    headline = reports.by_scenario["thermal-throttle"].data["headline"]
+    left = 1 - headline["cost"]["fraction"]
+    assert headline["examples_per_second_without_causes"] == pytest.approx(
+        headline["examples_per_second"] / left, rel=1e-3
+    )
+    assert headline["speedup_without_causes"] == pytest.approx(SPEEDUP / left, rel=1e-3)
+    page = (reports.by_scenario["thermal-throttle"].out / "report.html").read_text()
+    assert "Together the findings cost about" in page
+    assert "Cost: about" in page
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_every_figure_is_what_its_query_gives(reports: Reports, scenario: str) -> None:
     for finding in reports.by_scenario[scenario].findings:
@@ -189,12 +349,25 @@ def test_every_figure_is_what_its_query_gives(reports: Reports, scenario: str) -
         for figure in evidence["figures"]:
             answer = reports.hosts.query(figure["query"], evidence["time"])
             matching = [
-                float(series["value"][1])
+                value_of(figure["name"], series)
                 for series in answer
                 if all(series["metric"].get(k) == v for k, v in figure["labels"].items())
             ]
             assert matching, f"{figure['name']}: no series {figure['labels']}"
             assert figure["value"] == pytest.approx(matching[0], rel=1e-9), figure["query"]
+
+
+def value_of(name: str, series: dict[str, Any]) -> float:
+    """An instant answer's value; of a raw range (the scrape times of a telemetry gap), the
+    seconds missing beyond the usual interval (longer than 3 times it) or the longest one."""
+    if "value" in series:
+        return float(series["value"][1])
+    times = [float(t) for t, _ in series["values"]]
+    intervals = [b - a for a, b in itertools.pairwise(times)]
+    if name == "longest interval":
+        return max(intervals)
+    usual = statistics.median(intervals)
+    return sum(i - usual for i in intervals if i > 3 * usual)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -213,6 +386,85 @@ def test_the_headline_weighs_the_speedup_against_ideal_and_the_target(reports: R
     assert headline["meets_target"] is False
     assert headline["steps"] > 0
     assert RUN_SECONDS - 10 <= headline["duration_seconds"] <= RUN_SECONDS + 5
+
+
+# --- two runs side by side ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compared(reports: Reports, tmp_path_factory: pytest.TempPathFactory) -> Report:
+    """The pcie-degraded run against the healthy one: "after the card was reseated"."""
+    out = tmp_path_factory.mktemp("compare")
+    result = report(
+        "--prometheus", reports.hosts.prometheus, "--run", run_of("pcie-degraded"),
+        "--compare", run_of("healthy"), "--since", "10m", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return Report(out, json.loads((out / "findings.json").read_text()))
+
+
+def test_a_comparison_shows_the_pcie_finding_gone(compared: Report) -> None:
+    change = compared.data["compare"]
+    assert compared.top["kind"] == "pcie_degraded"
+    assert [(f["kind"], f["gpu"]) for f in change["gone"]] == [("pcie_degraded", "1")]
+    assert change["came"] == []
+    assert [f["kind"] for f in change["findings"]] == ["none"]
+    assert change["headline"]["run"] == run_of("healthy")
+
+
+def trained_per_second(training: SyncTraining, start: float, end: float) -> float:
+    """Examples per second the synthetic trainer did over [start, end]."""
+    inside = [(took, gpus) for at, took, gpus in training.seconds if start <= at <= end]
+    return BATCH * sum(took / step_seconds(g) for took, g in inside) / sum(t for t, _ in inside)
+
+
+def test_a_comparison_gives_the_throughput_change(reports: Reports, compared: Report) -> None:
+    first, second = compared.data["headline"], compared.data["compare"]["headline"]
+    throughput = compared.data["compare"]["changes"]["examples_per_second"]
+    assert (throughput["first"], throughput["second"]) == (
+        first["examples_per_second"],
+        second["examples_per_second"],
+    )
+    assert throughput["change"] == pytest.approx(throughput["second"] / throughput["first"] - 1)
+    assert throughput["change"] > 0.02
+    # What the two trainers really did over their ranges, and what the x8 link's estimated
+    # cost says the healthy run should gain, within its bounds.
+    truths = [
+        trained_per_second(reports.hosts.trainings[s], h["start"], h["end"])
+        for s, h in (("pcie-degraded", first), ("healthy", second))
+    ]
+    assert throughput["change"] == pytest.approx(truths[1] / truths[0] - 1, abs=0.02)
+    cost = first["cost"]
+    assert 1 / (1 - cost["low"]) - 1 - 0.02 <= throughput["change"]
+    assert throughput["change"] <= 1 / (1 - cost["high"]) - 1 + 0.02
+    efficiency = compared.data["compare"]["changes"]["scaling_efficiency"]
+    assert efficiency["change"] == pytest.approx(0.0)
+
+
+def test_a_comparison_draws_both_runs_on_one_axis_in_the_browser(compared: Report) -> None:
+    dom = browse(compared.out / "report.html", "--dump-dom").stdout
+    for name in ("throughput", "step_time", "utilization"):
+        svg = re.search(rf'data-chart="compare-{name}".*?</svg>', dom, re.S)
+        assert svg is not None, name
+        titles = re.findall(r"<polyline [^>]*><title>([^<]+)</title>", svg.group(0))
+        assert any(t.startswith(f"run {run_of('pcie-degraded')}:") for t in titles), titles
+        assert any(t.startswith(f"run {run_of('healthy')}:") for t in titles), titles
+        # One axis from each run's start: it begins at 0 s.
+        assert ">00:00:00<" in svg.group(0)
+    assert "Went away" in dom
+    assert "PCIe link below its maximum" in dom
+    html = (compared.out / "report.html").read_text()
+    assert not re.search(r"<script|<link|<img|src=|@import|url\(", html)
+
+
+def test_an_unknown_second_run_is_one_line(reports: Reports, tmp_path: Path) -> None:
+    line = one_line_exit_2(
+        report(
+            "--prometheus", reports.hosts.prometheus, "--run", run_of("healthy"),
+            "--compare", "no-such-run", "--out", str(tmp_path),
+        )
+    )  # fmt: skip
+    assert line.startswith("mirrorwatch-report: --compare: unknown run 'no-such-run'")
 
 
 # --- the page -------------------------------------------------------------------------------
@@ -369,6 +621,12 @@ def test_an_empty_range_is_one_line(reports: Reports, tmp_path: Path) -> None:
         (["--run", "r", "--start", "yesterday", "--end", "1"], "--start"),
         (["--run", "r", "--start", "100"], "--end"),
         (["--instance", "nohost"], "--instance"),
+        (["--run", "r", "--host", "gpu-b"], "--host"),
+        (["--instance", "h:1", "--host", 'gpu"b'], "--host"),
+        (["--instance", "h:1", "--compare", "r"], "--compare"),
+        (["--run", "r", "--compare-start", "100"], "--compare-end"),
+        (["--run", "r", "--compare", "r b"], "--compare"),
+        (["--run", "r", "--compare-start", "9", "--compare-end", "5"], "--compare-end"),
     ],
 )
 def test_a_bad_flag_is_one_line_naming_it(tmp_path: Path, args: list[str], flag: str) -> None:

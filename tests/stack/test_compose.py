@@ -181,6 +181,14 @@ def test_gpu_and_demo_services_are_in_their_own_profiles(config: dict[str, Any])
     assert env_example()["COMPOSE_PROFILES"] == "gpu"
 
 
+def test_doctor_runs_on_demand_in_the_trainer_image_with_its_gpus(config: dict[str, Any]) -> None:
+    doctor, trainer = services(config)["doctor"], services(config)["trainer"]
+    assert doctor["profiles"] == ["doctor"]  # `docker compose run --rm doctor` enables it
+    assert (doctor["image"], doctor["build"]) == (trainer["image"], trainer["build"])
+    assert doctor["deploy"] == trainer["deploy"]
+    assert doctor["entrypoint"] == ["mirrorwatch-doctor"]
+
+
 def test_no_container_is_privileged_or_shares_host_namespaces(config: dict[str, Any]) -> None:
     for name, service in services(config).items():
         assert not service.get("privileged"), name

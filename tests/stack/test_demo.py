@@ -102,8 +102,14 @@ def test_demo_prints_notifications_and_ctrl_c_leaves_nothing_running(tmp_path: P
     output = "".join(lines)
     assert process.returncode == 0, output
     assert "GpuUtilizationImbalance after" in output  # says what to expect, and when
+    # The pre-flight before training, on the same simulated host.
+    assert "pre-flight: mirrorwatch-doctor --simulate imbalance (exit 0)" in output
+    assert "ok   pcie_degraded.width [GPU 1]: x16 of x16" in output
     assert f"{addresses['prometheus'].url}/alerts" in output
     assert "stopped everything it started" in output
+    # The run report of what it ran, with its top finding and what it cost (or why none).
+    if "demo: run report: " in output:
+        assert re.search(r"demo: top finding: \w+: .+", output), output
     assert [pid for pid in started if alive(pid)] == []
     assert all(port_is_free(address) for address in addresses.values())
 

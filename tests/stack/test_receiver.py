@@ -82,6 +82,15 @@ def test_format_shows_state_name_severity_labels_and_summary() -> None:
     assert line.endswith("-- GPU utilisation imbalance in run resnet-a")
 
 
+def test_format_names_the_host_behind_an_agent_not_its_shared_instance() -> None:
+    alert = PAYLOAD["alerts"][0]  # type: ignore[index]
+    labels = {**alert["labels"], "instance": "localhost:9848", "host": "gpu-b"}
+    payload = {**PAYLOAD, "alerts": [{**alert, "labels": labels}]}
+    line = format_notification(Notification("/", time.time(), payload))
+    assert "run=resnet-a gpu=1 host=gpu-b --" in line
+    assert "localhost:9848" not in line
+
+
 def test_the_module_needs_only_the_standard_library_and_mirrorwatch() -> None:
     """What the exporter image's Python has for the compose alert-log service: the standard
     library and the mirrorwatch base install, nothing of the test or demo tooling (private

@@ -11,6 +11,7 @@ Alertmanager receiver names a service (or alias) and the port it listens on.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import subprocess
 import time
@@ -322,3 +323,23 @@ def test_a_receiver_config_pointing_elsewhere_is_taken_from_the_setting(tmp_path
     changed = resolved_config(tmp_path, ALERTMANAGER_CONFIG=str(example))
     mounted = host_path(changed["services"]["alertmanager"], "/etc/alertmanager/alertmanager.yml")
     assert os.path.samefile(mounted, example)
+
+
+def test_doctor_service_reports_a_host_without_gpus_from_its_image(
+    config: dict[str, Any], image_bins: dict[str, Path], tmp_path: Path
+) -> None:
+    # `docker compose run --rm doctor --json` on a host without a driver, from the trainer image.
+    service = config["services"]["doctor"]
+    result = subprocess.run(
+        [*stack.argv(service), "--json"],
+        cwd=tmp_path,
+        env=container_environment(service, image_bins["doctor"]),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    checks = {c["id"]: c for c in json.loads(result.stdout)["checks"]}
+    assert checks["nvml.gpus"]["status"] == "fail"
+    assert checks["tensorflow.gpus"]["status"] == "fail"

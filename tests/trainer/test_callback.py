@@ -52,9 +52,12 @@ def test_snapshots_of_one_session_have_increasing_sequence_and_growing_totals(
     with recording_exporter() as exporter:
         callback = MirrorwatchCallback(url=exporter.url, run="unit-2", interval=0.01)
         fit(tiny_model(strategy), [callback], epochs=4)
-    snapshots = exporter.snapshots
+    # Arrival order is not the pusher's: on a loaded machine a push that timed out on the
+    # client can still be handled after the next one (the exporter orders by `sequence`).
+    snapshots = sorted(exporter.snapshots, key=lambda s: s.sequence)
     assert len({s.session for s in snapshots}) == 1
-    assert [s.sequence for s in snapshots] == sorted({s.sequence for s in snapshots})
+    sequences = [s.sequence for s in snapshots]
+    assert len(set(sequences)) == len(sequences)
     steps = [s.steps_total for s in snapshots]
     assert steps == sorted(steps)
     assert {push.path for push in exporter.pushes} == {"/api/v1/runs/unit-2/workers/0"}
@@ -133,7 +136,9 @@ def test_exporter_down_changes_nothing_in_training_and_counts_drops(strategy: An
 
 
 def test_exporter_that_never_answers_changes_nothing_in_training(strategy: Any) -> None:
+    started = time.monotonic()
     baseline = fit(tiny_model(strategy), epochs=3)
+    baseline_elapsed = time.monotonic() - started
     with silent_exporter() as url:
         callback = MirrorwatchCallback(url=url, run="silent", interval=0.1)
         model = tiny_model(strategy)
@@ -143,7 +148,9 @@ def test_exporter_that_never_answers_changes_nothing_in_training(strategy: Any) 
         time.sleep(0.6)  # the first push's 0.5 s timeout has surely run out
     assert losses == baseline
     assert callback.telemetry_dropped_total >= 1
-    assert elapsed < 10  # the end waits for the final push at most ~2 s
+    # The end waits for the final push at most ~2 s: compared with the same fit without the
+    # callback, so that a loaded machine's slower fit does not count against the callback.
+    assert elapsed - baseline_elapsed < 10
 
 
 def test_errors_inside_the_hooks_never_reach_training(

@@ -1,4 +1,4 @@
-"""The training metrics: a collector building fresh families from the run store every scrape."""
+"""The training collector: families of the run store's workers (ingest/store.py), per scrape."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
 
 from mirrorwatch.exporter.backend import GpuBackend, GpuDevice
+from mirrorwatch.exporter.exposition import label_set, sample_line
 from mirrorwatch.exporter.ingest.errors import RejectionCounter
 from mirrorwatch.exporter.ingest.owners import ProcessOwners, Worker
 from mirrorwatch.exporter.ingest.replicas import GpuDirectory
 from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS, TrainingSnapshot
-from mirrorwatch.exporter.ingest.store import RunStore, WorkerView
+from mirrorwatch.exporter.ingest.store import RunStore, WorkerEntry, WorkerView
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +78,17 @@ class _Families:
             "last_push_timestamp_seconds", "When the exporter received the worker's last push."
         )
 
-    def add(self, view: WorkerView, gpus: GpuDirectory) -> None:
-        entry, snapshot = view.entry, view.entry.snapshot
+    def add(self, view: WorkerView, gpus: GpuDirectory, worker: _WorkerSamples) -> None:
+        """The worker's samples: activity and replica -> GPU now, the rest as pushed."""
+        self.active.samples.append(Sample(self.active.name, worker.labels, 1 if view.active else 0))
+        self.replica_info.samples.extend(worker.replica_info(gpus))
+        for name, samples in worker.samples:
+            getattr(self, name).samples.extend(samples)
+
+    def add_snapshot(self, entry: WorkerEntry) -> None:
+        """What the worker's last accepted push says: it changes only with the next push."""
+        snapshot = entry.snapshot
         labels = [entry.run, str(entry.worker)]
-        self.active.add_metric(labels, 1 if view.active else 0)
         self.info.add_metric([*labels, snapshot.model or "", snapshot.strategy or ""], 1)
         self.replicas.add_metric(labels, snapshot.replicas)
         if snapshot.global_batch_size is not None:
@@ -95,9 +104,6 @@ class _Families:
             self.loss.add_metric(labels, snapshot.loss)
         for device in snapshot.replica_devices:
             replica = str(device.replica)
-            gpu = gpus.resolve(device)
-            if gpu is not None:
-                self.replica_info.add_metric([*labels, replica, str(gpu.index), gpu.uuid], 1)
             if device.memory_current_bytes is not None:
                 self.replica_memory.add_metric(
                     [*labels, replica, "current"], device.memory_current_bytes
@@ -124,6 +130,48 @@ class _Families:
                 yield family
 
 
+class _WorkerSamples:
+    """One accepted push's samples, each line rendered once (exposition.sample_line).
+
+    A scrape at the limits holds thousands of training samples, and building and rendering
+    them was most of its time; a worker's push changes them at most once per push, so they
+    are built then (on the first scrape after it) and only activity and the replica -> GPU
+    join are redone per scrape.
+    """
+
+    def __init__(self, entry: WorkerEntry, scratch: _Families) -> None:
+        # ``scratch`` is shared by the workers built in one scrape: making the families anew
+        # for each worker (name checks and all) cost more than the samples themselves.
+        self.entry = entry
+        self.labels = label_set({"run": entry.run, "worker": str(entry.worker)})
+        families = vars(scratch)
+        start = {name: len(family.samples) for name, family in families.items()}
+        scratch.add_snapshot(entry)
+        self.samples = [
+            (name, [sample_line(s.name, s.labels, s.value) for s in added])
+            for name, added in (
+                (name, family.samples[start[name] :]) for name, family in families.items()
+            )
+            if added
+        ]
+        self._replica_info: tuple[object, list[Sample]] | None = None
+
+    def replica_info(self, gpus: GpuDirectory) -> list[Sample]:
+        """The replica -> GPU rows on these GPUs: resolved again only when the GPUs change."""
+        known = self._replica_info
+        if known is not None and known[0] == gpus.key:
+            return known[1]
+        name = "mirrorwatch_training_replica_info"
+        samples = []
+        for device in self.entry.snapshot.replica_devices:
+            gpu = gpus.resolve(device)
+            if gpu is not None:
+                replica = {"replica": str(device.replica), "gpu": str(gpu.index), "uuid": gpu.uuid}
+                samples.append(sample_line(name, {**self.labels, **replica}, 1))
+        self._replica_info = (gpus.key, samples)  # one assignment, as in _worker_samples
+        return samples
+
+
 class TrainingMetrics:
     """A prometheus_client collector over the run store, beside the GPU collector.
 
@@ -143,14 +191,17 @@ class TrainingMetrics:
         self._rejections = rejections
         self._owners = owners or ProcessOwners()
         self._gpu_failure_logged = False
+        # Each known worker's samples, as of its last push; rebuilt per scrape from the
+        # store's entries, so it never holds a forgotten worker.
+        self._samples: dict[tuple[str, int], _WorkerSamples] = {}
 
     def collect(self) -> Iterator[Metric]:
         views = self._store.views()
         if views:
             families = _Families()
             gpus = self._directory(views)
-            for view in views:
-                families.add(view, gpus)
+            for view, worker in zip(views, self._worker_samples(views), strict=True):
+                families.add(view, gpus, worker)
             yield from families
             yield from self._foreign(views, gpus)
         rejected = CounterMetricFamily(
@@ -161,6 +212,22 @@ class TrainingMetrics:
         for reason, count in self._rejections.counts().items():
             rejected.add_metric([reason], count)
         yield rejected
+
+    def _worker_samples(self, views: Sequence[WorkerView]) -> list[_WorkerSamples]:
+        known = self._samples
+        fresh: dict[tuple[str, int], _WorkerSamples] = {}
+        workers = []
+        scratch: _Families | None = None
+        for view in views:
+            entry = view.entry
+            worker = known.get((entry.run, entry.worker))
+            if worker is None or worker.entry is not entry:  # an entry is replaced per push
+                scratch = scratch or _Families()
+                worker = _WorkerSamples(entry, scratch)
+            fresh[(entry.run, entry.worker)] = worker
+            workers.append(worker)
+        self._samples = fresh  # one assignment: a concurrent scrape sees the old or the new
+        return workers
 
     def _foreign(self, views: Sequence[WorkerView], gpus: GpuDirectory) -> Iterator[Metric]:
         """Per GPU of each active run: the processes on it that are not the run's workers'.

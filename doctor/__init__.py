@@ -1,0 +1,1 @@
+"""mirrorwatch-doctor: will two GPUs give 2x? The causes the run report names, checked before."""

@@ -1,0 +1,222 @@
+"""mirrorwatch-doctor: the pre-flight check of a two-GPU MirroredStrategy host.
+
+Exit 0 when no check fails, 1 when one does, 2 on bad usage or when it cannot start (one line
+naming the flag or file). ``--simulate`` reads a simulated host instead of NVML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, NoReturn
+
+from mirrorwatch.alerts.thresholds import ThresholdsError, load_thresholds
+from mirrorwatch.doctor import host as hosts
+from mirrorwatch.doctor.gpu_checks import HostView, gpu_checks
+from mirrorwatch.doctor.model import Check, Outcome
+from mirrorwatch.doctor.output import as_json, checklist
+from mirrorwatch.doctor.probes import (
+    CPU_SETTINGS,
+    ProbeSettings,
+    on_cpus,
+    prepare_devices,
+    run_probes,
+)
+from mirrorwatch.doctor.speedup import Speedup, model_step
+from mirrorwatch.doctor.tf_checks import SIMULATED, skipped_tf_checks, tf_checks
+from mirrorwatch.doctor.tf_facts import read_tf_facts
+from mirrorwatch.exporter.backend import GpuBackend
+from mirrorwatch.exporter.simulate.scenario import ScenarioError
+from mirrorwatch.trainer.cli import MODELS
+
+PROG = "mirrorwatch-doctor"
+_MODEL_STEPS = 5
+
+
+class UsageError(Exception):
+    """Bad usage: one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Will two GPUs give 2x? Checks before the run.")
+    p.add_argument("--simulate", metavar="SCENARIO", help="read a simulated host, not NVML")
+    p.add_argument("--gpus", type=_positive_int, help="GPUs of the simulated host")
+    p.add_argument("--probe", action="store_true", help="also run the checks under load (≤ 60 s)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--model", choices=MODELS, help="expected speed-up for this model")
+    size.add_argument("--gradient-bytes", type=_positive_int, help="or for this gradient size")
+    p.add_argument(
+        "--step-seconds",
+        type=_positive_float,
+        help="one replica's step compute time, with --gradient-bytes",
+    )
+    p.add_argument("--batch-size", type=_positive_int, default=64, help="per replica, --model")
+    p.add_argument(
+        "--matmul-seconds", type=_positive_float, help="matmul probe length (default 20 on GPUs)"
+    )
+    p.add_argument(
+        "--split-gpu", action="store_true", help="on a one-GPU host, probe it split in two"
+    )
+    p.add_argument("--exporter", metavar="URL", help="a running exporter, for recent XIDs")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the checklist")
+    return p
+
+
+def _validated(args: argparse.Namespace) -> None:
+    if (args.model or args.gradient_bytes) and not args.probe:
+        raise UsageError("--model and --gradient-bytes need --probe (they time an all-reduce)")
+    if args.step_seconds is not None and args.gradient_bytes is None:
+        raise UsageError("--step-seconds goes with --gradient-bytes")
+    if args.gpus is not None and args.simulate is None:
+        raise UsageError("--gpus goes with --simulate")
+
+
+def _host_view(backend: GpuBackend, args: argparse.Namespace) -> HostView:
+    thresholds = load_thresholds()
+    if backend.kind == "simulated":
+        # The process runs, unpinned, on the simulated host: every CPU its GPUs are near.
+        configs = [gpu.config() for gpu in backend.gpus()]
+        allowed = frozenset().union(*(c.local_cpus or () for c in configs if c is not None))
+    else:
+        allowed = frozenset(os.sched_getaffinity(0))
+    view = HostView(allowed_cpus=allowed, thresholds=thresholds, own_pid=os.getpid())
+    if args.exporter is None:
+        return view
+    try:
+        return HostView(
+            allowed, thresholds, hosts.exporter_xids(args.exporter), own_pid=os.getpid()
+        )
+    except (OSError, ValueError) as error:
+        return HostView(
+            allowed, thresholds, None, f"exporter {args.exporter} unreachable: {error}", os.getpid()
+        )
+
+
+def _probe(
+    args: argparse.Namespace, backend: GpuBackend, tf: Any, names: Sequence[str]
+) -> tuple[list[Check], dict[str, object] | None]:
+    step_seconds = args.step_seconds
+    gradient_bytes = args.gradient_bytes
+    if args.model:
+        gradient_bytes, step_seconds = model_step(
+            args.model, names[0], args.batch_size, _MODEL_STEPS
+        )
+    settings = CPU_SETTINGS if on_cpus(names) else ProbeSettings()
+    if args.matmul_seconds is not None:
+        settings = replace(settings, matmul_seconds=args.matmul_seconds)
+    if gradient_bytes:
+        # The all-reduce of the gradients themselves: small ones are latency-bound.
+        settings = replace(settings, allreduce_bytes=gradient_bytes)
+    results = run_probes(tf, names, backend, settings)
+    speedup = None
+    if gradient_bytes and results.allreduce_seconds_per_byte is not None:
+        speedup = Speedup(
+            replicas=len(names),
+            gradient_bytes=gradient_bytes,
+            step_seconds=step_seconds,
+            allreduce_seconds=results.allreduce_seconds_per_byte * gradient_bytes,
+        ).as_json()
+    return results.checks, speedup
+
+
+def _tensorflow() -> Any:
+    """TensorFlow, or None in the base install."""
+    try:
+        import tensorflow
+    except ImportError:
+        return None
+    return tensorflow
+
+
+def diagnose(args: argparse.Namespace) -> Outcome:
+    """Every check the flags ask for, in order: GPUs, TensorFlow, then the probes."""
+    backend = hosts.open_backend(args.simulate, args.gpus)
+    try:
+        view = _host_view(backend, args)
+        checks = gpu_checks(backend, view)
+        names: list[str] = []
+        tf = _tensorflow() if args.probe else None
+        if tf is not None:
+            names = prepare_devices(tf, args.split_gpu)
+        if backend.kind == "simulated":
+            checks += skipped_tf_checks(SIMULATED)
+        else:
+            gpus = backend.gpus()
+            checks += tf_checks(
+                read_tf_facts(),
+                nvml_gpus=len(gpus) if backend.status().up else None,
+                configs=[g.config() for g in gpus if g.alive()],
+                driver_version=backend.driver_version(),
+                driver_cuda=backend.cuda_driver_version(),
+            )
+        speedup = None
+        if args.probe and tf is None:
+            checks.append(Check("probe", "skip", "skipped: no TensorFlow", "TensorFlow installed"))
+        elif args.probe:
+            probed, speedup = _probe(args, backend, tf, names)
+            checks += probed
+        return Outcome(checks, speedup)
+    finally:
+        backend.shutdown()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # The checks carry every reason; the exporter's own warnings (NVML retries) would only
+    # repeat them on stderr, and the doctor never retries. Restored on return: main() also
+    # runs inside other programs (make demo, tests), whose exporter logs must stay as they were.
+    exporter_log = logging.getLogger("mirrorwatch.exporter")
+    level = exporter_log.level
+    exporter_log.setLevel(logging.ERROR)
+    try:
+        return _run(argv)
+    finally:
+        exporter_log.setLevel(level)
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    # TensorFlow's C++ start-up chatter on stderr (CPU features, absl) is not a finding.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        args = parser().parse_args(argv)
+        _validated(args)
+        outcome = diagnose(args)
+    except UsageError as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 2
+    except (ScenarioError, ThresholdsError) as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(as_json(outcome))
+    else:
+        print(checklist(outcome, colour=sys.stdout.isatty() and "NO_COLOR" not in os.environ))
+    return outcome.exit_code

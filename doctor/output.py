@@ -1,0 +1,47 @@
+"""The doctor's two outputs: a checklist for people (colour only on a terminal) and JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from mirrorwatch.doctor.model import Outcome, Status
+
+_MARKS: Mapping[Status, str] = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+# ANSI SGR colours: green, yellow, red, dim.
+_COLOURS: Mapping[Status, str] = {"pass": "32", "warn": "33", "fail": "31", "skip": "2"}
+_WORDS: tuple[tuple[Status, str], ...] = (
+    ("pass", "passed"),
+    ("warn", "warned"),
+    ("fail", "failed"),
+    ("skip", "skipped"),
+)
+
+
+def as_json(outcome: Outcome) -> str:
+    return json.dumps(outcome.as_json(), indent=2, ensure_ascii=False)
+
+
+def checklist(outcome: Outcome, *, colour: bool) -> str:
+    """One line per check: mark, id, the GPU(s), the value found; then the expected value and
+    the fix under every check that did not pass; then the summary and exit meaning."""
+
+    def paint(status: Status, text: str) -> str:
+        return f"\033[{_COLOURS[status]}m{text}\033[0m" if colour else text
+
+    lines = []
+    for check in outcome.checks:
+        where = f" [GPU {check.gpu}]" if check.gpu is not None else ""
+        lines.append(
+            f"{paint(check.status, _MARKS[check.status])} {check.id}{where}: {check.value}"
+        )
+        if check.status in ("warn", "fail"):
+            lines.append(f"       expected: {check.expected}")
+            if check.fix:
+                lines.append(f"       fix: {check.fix}")
+            lines.append(f"       runbook: {check.runbook}")
+    if outcome.expected_speedup is not None:
+        lines.append(f"speed-up: {outcome.expected_speedup.get('text')}")
+    summary = outcome.summary
+    lines.append(", ".join(f"{summary[status]} {word}" for status, word in _WORDS))
+    return "\n".join(lines)
