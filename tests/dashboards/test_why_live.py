@@ -93,6 +93,7 @@ def variables(scenario: str) -> dict[str, str]:
         "__rate_interval": RATE_INTERVAL,
         "__rate_interval_ms": RATE_INTERVAL_MS,
         "job": job(scenario),
+        "host": ".*",
         "instance": ".+",
         "run": run_name(scenario) if scenario in WITH_RUN else ".*",
         "gpu": ".+",
