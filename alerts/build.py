@@ -23,6 +23,7 @@ from mirrorwatch.alerts.fragments import Fragment, FragmentError, dedent, fill
 from mirrorwatch.alerts.rules import (
     Alert,
     Record,
+    causes,
     exporter,
     links_errors,
     processes,
@@ -80,7 +81,10 @@ def expression(template: str, fragments: Mapping[str, Fragment]) -> str:
 
 def recording_rule(record: Record, t: Thresholds) -> Rule:
     fragments = {**shared_fragments(t), **record.fragments}
-    return {"record": record.name, "expr": expression(record.expr, fragments)}
+    rule: Rule = {"record": record.name, "expr": expression(record.expr, fragments)}
+    if record.labels:
+        rule["labels"] = dict(record.labels)
+    return rule
 
 
 def alerting_rule(alert: Alert, t: Thresholds) -> Rule:
@@ -113,7 +117,7 @@ def build(t: Thresholds) -> dict[str, object]:
     groups: list[dict[str, object]] = [
         {
             "name": "mirrorwatch.recording",
-            "rules": [recording_rule(r, t) for r in recording.rules(t)],
+            "rules": [recording_rule(r, t) for r in (*recording.rules(t), *causes.rules(t))],
         }
     ]
     for name, modules in ALERT_GROUPS.items():

@@ -32,8 +32,9 @@ from dashboards.panels import (
     stat_panel,
     table_panel,
 )
-from dashboards.selectors import HOST, RUN, firing_alerts, increase
+from dashboards.selectors import GPU, HOST, RUN, firing_alerts, increase
 from dashboards.variables import standard_variables
+from dashboards.why import host_causes, why_row
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
 
@@ -172,6 +173,7 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
             variables=standard_variables(),
             rows=[
                 overview_row(t),
+                why_row(host_causes(GPU), "this host"),
                 utilisation_row(t),
                 thermal_row(t),
                 throttle_row(t),

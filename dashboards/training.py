@@ -42,6 +42,7 @@ from dashboards.selectors import (
     of_run,
 )
 from dashboards.variables import RUN_GPUS_QUERY, standard_variables
+from dashboards.why import run_causes, why_row
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
 
@@ -375,6 +376,7 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
             variables=standard_variables(gpu_query=RUN_GPUS_QUERY, one_run=True),
             rows=[
                 alerts_row(),
+                why_row(run_causes(RUN_GPU), "the selected run"),
                 throughput_row(t),
                 balance_row(t),
                 sharing_row(t),

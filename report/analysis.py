@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mirrorwatch.alerts import causes
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report import cost, hardware, processes, workload
 from mirrorwatch.report.evidence import Ask, Finding, ordered
 from mirrorwatch.report.headline import headline
 
-THROTTLE_KINDS = ("thermal_throttling", "power_capping", "hardware_slowdown")
+THROTTLE_KINDS = tuple(cause.kind for cause in causes.THROTTLES)
 
 
 @dataclass(frozen=True)

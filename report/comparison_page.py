@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
+from mirrorwatch.alerts.causes import TITLES
 from mirrorwatch.report.charts import Chart
 from mirrorwatch.report.comparison import Comparison
 from mirrorwatch.report.cost import in_words
 from mirrorwatch.report.evidence import Finding
 from mirrorwatch.report.page import (
     DASH,
-    TITLES,
     chart_html,
     document,
     findings_html,

@@ -6,49 +6,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mirrorwatch.alerts import causes
 from mirrorwatch.report.prometheus import Prometheus
 from mirrorwatch.report.scope import Scope
 
 if TYPE_CHECKING:
     from mirrorwatch.report.cost import Cost
 
-RUNBOOK = "docs/runbook.md"
-KINDS = (
-    "imbalance",
-    "thermal_throttling",
-    "power_capping",
-    "hardware_slowdown",
-    "temperature_headroom",
-    "pcie_degraded",
-    "interconnect",
-    "gpu_error",
-    "input_bound",
-    "telemetry_gap",
-    "foreign_process",
-    "none",
-)
-# Most important first: what breaks a GPU, then what slows one down (a process that is not
-# the run's taking its SMs too), then what that causes (an imbalance is usually the symptom of
-# one of the above), then what only warns.
-_ORDER = (
-    "gpu_error",
-    "hardware_slowdown",
-    "thermal_throttling",
-    "power_capping",
-    "pcie_degraded",
-    "foreign_process",
-    "imbalance",
-    "interconnect",
-    "input_bound",
-    "temperature_headroom",
-    "telemetry_gap",
-    "none",
-)
+# The kinds and their order (most important first) are the cause table's, which the live
+# rules read too: a report and an alert never rank two causes differently.
+KINDS = causes.KINDS
 
 
 def runbook(alert: str) -> str:
     """The runbook anchor of an alert: GitHub's anchor is the heading in lower case."""
-    return f"{RUNBOOK}#{alert.lower()}"
+    return f"{causes.RUNBOOK}#{alert.lower()}"
 
 
 @dataclass(frozen=True)
@@ -98,7 +70,7 @@ class Finding:
 
 
 def ordered(findings: Sequence[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (_ORDER.index(f.kind), -f.share, f.gpu or ""))
+    return sorted(findings, key=lambda f: (causes.RANK[f.kind], -f.share, f.gpu or ""))
 
 
 class Ask:

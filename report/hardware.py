@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mirrorwatch.alerts import causes
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
@@ -24,38 +25,13 @@ def _figures(ask: Ask, gpu: Gpu, wanted: Sequence[tuple[str, str, str]]) -> list
     return [f for f in found if f is not None]
 
 
-# kind, the violation counter's reason, clock-event reasons, alert (runbook), cause in words
-THROTTLES = (
-    (
-        "thermal_throttling",
-        "thermal",
-        q.THERMAL_REASONS,
-        "GpuThermalThrottling",
-        "held back for heat",
-    ),
-    (
-        "power_capping",
-        "power",
-        q.POWER_CAP_REASONS,
-        "GpuPowerCapped",
-        "held back by its power limit",
-    ),
-    (
-        "hardware_slowdown",
-        None,
-        q.HARDWARE_SLOWDOWN_REASONS,
-        "GpuHardwareSlowdown",
-        "in hardware slowdown",
-    ),
-)
-
-
 def held_back(sel: q.Select, kind: str) -> str:
-    """The GPUs held back for the throttling ``kind`` at each moment (one of THROTTLES)."""
-    violation, clock_reasons = next((v, r) for k, v, r, _, _ in THROTTLES if k == kind)
-    if violation is None:
-        return f"max by ({q.GPU_KEY}) ({q.clock_events(sel, clock_reasons)})"
-    return q.throttled_now(sel, violation, clock_reasons)
+    """The GPUs held back for the throttling ``kind`` at each moment (one of causes.THROTTLES):
+    the same condition the live cause rules use."""
+    cause = causes.cause(kind)
+    if cause.violation is None:
+        return f"max by ({q.GPU_KEY}) ({q.clock_events(sel, cause.clock_reasons)})"
+    return q.throttled_now(sel, cause.violation, cause.clock_reasons)
 
 
 def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
@@ -64,13 +40,14 @@ def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
     top_clock = sel("mirrorwatch_gpu_clock_max_hertz", 'clock="sm"')
     clock_max = f"max_over_time({top_clock}[{s.window}])"
     findings = []
-    for kind, violation, _, alert, words in THROTTLES:
+    for cause in causes.THROTTLES:
+        kind, violation = cause.kind, cause.violation
         now = held_back(sel, kind)
         share_query = _held(ask, now)
         shares = ask.by_gpu(share_query)
         # Over the range, like the alert's share of time; GpuThermalThrottling's fraction is
         # of each minute (a rule for paging), so any heat the range held is a finding.
-        limit = float(getattr(t.alert(alert), "throttled_fraction", 0.0))
+        limit = float(getattr(t.alert(cause.alert), "throttled_fraction", 0.0))
         for gpu in s.gpus:
             share = share_of(shares.get(gpu.key))
             if share <= limit:
@@ -87,10 +64,10 @@ def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
                     gpu.gpu,
                     gpu.instance,
                     share,
-                    f"GPU {gpu.gpu} was {words} for {share:.0%} of the range"
+                    f"GPU {gpu.gpu} was {cause.held_back} for {share:.0%} of the range"
                     + _clock_words(figures),
                     figures,
-                    runbook(alert),
+                    cause.runbook,
                     ("throttle", "clocks", *(("temperature",) if violation == "thermal" else ())),
                 )
             )
@@ -137,7 +114,7 @@ def temperature_headroom(ask: Ask, t: Thresholds) -> list[Finding]:
                 f"{share:.0%} of the range"
                 + (f" (least headroom {low:.0f} °C)." if low is not None else "."),
                 figures,
-                runbook("GpuTemperatureNearSlowdown"),
+                causes.cause("temperature_headroom").runbook,
                 ("temperature",),
             )
         )
@@ -184,7 +161,7 @@ def pcie(ask: Ask, t: Thresholds) -> list[Finding]:
                 f"GPU {gpu.gpu}'s PCIe link ran below its maximum{link} while busy, for "
                 f"{share:.0%} of the range.",
                 figures,
-                runbook("GpuPcieLinkDegraded"),
+                causes.cause("pcie_degraded").runbook,
                 ("pcie",),
             )
         )
@@ -219,7 +196,7 @@ def interconnect(ask: Ask) -> list[Finding]:
                 f"GPUs {pair[1]} and {pair[2]} have no NVLink: their all-reduce goes {path}.",
                 [Figure(f"link to GPU {peer}", 1.0, link, links_query, {"gpu": gpu, "link": link})]
                 + ([figure] if figure else []),
-                runbook("GpuNvlinkDown"),
+                causes.cause("interconnect").runbook,
             )
         )
     down_query = _held(ask, f"max by ({q.GPU_KEY}) ({q.nvlink_down(sel)})")
@@ -235,7 +212,7 @@ def interconnect(ask: Ask) -> list[Finding]:
                     f"An NVLink link of GPU {gpu.gpu} was down for {share_of(figure.value):.0%} "
                     "of the range: its peer traffic fell back to PCIe.",
                     [figure],
-                    runbook("GpuNvlinkDown"),
+                    causes.cause("interconnect").runbook,
                 )
             )
     return findings

@@ -7,6 +7,7 @@ from dataclasses import replace
 from html import escape
 from typing import Any
 
+from mirrorwatch.alerts.causes import TITLES
 from mirrorwatch.report.analysis import Analysis
 from mirrorwatch.report.charts import Chart
 from mirrorwatch.report.cost import METHODS, in_words
@@ -14,20 +15,6 @@ from mirrorwatch.report.evidence import Figure, Finding
 from mirrorwatch.report.scope import format_time
 from mirrorwatch.report.svg import format_value
 
-TITLES = {
-    "imbalance": "Utilisation imbalance",
-    "thermal_throttling": "Thermal throttling",
-    "power_capping": "Power capping",
-    "hardware_slowdown": "Hardware slowdown",
-    "temperature_headroom": "Little temperature headroom",
-    "pcie_degraded": "PCIe link below its maximum",
-    "interconnect": "Slow GPU interconnect",
-    "gpu_error": "GPU error",
-    "input_bound": "Input-bound",
-    "telemetry_gap": "Gap in the telemetry",
-    "foreign_process": "Another process on the GPU",
-    "none": "Nothing wrong found",
-}
 HEADLINE_CHARTS = ("throughput", "step_time")
 DASH = "\u2013"  # what a card shows for a figure Prometheus has no data for
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts.causes import cause
 from mirrorwatch.alerts.queries import Select
-from mirrorwatch.report.evidence import Ask, Finding, runbook, share_of
+from mirrorwatch.report.evidence import Ask, Finding, share_of
 
 GIB = 1024.0**3
 
@@ -56,7 +57,7 @@ def foreign_processes(ask: Ask) -> list[Finding]:
                 + (f", holding up to {held / GIB:.1f} GiB of its memory." if held else ".")
                 + " Every synchronous step waits for the replica on it.",
                 figures,
-                runbook("GpuSharedWithForeignProcess"),
+                cause("foreign_process").runbook,
                 ("foreign", "utilization"),
             )
         )

@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Sequence
 
 from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts.causes import cause
 from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
@@ -74,7 +75,7 @@ def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
                 f"{ours[leading]:.0%} ({format_value(gap, 'points')}, percentage points); the "
                 f"spread was above {format_value(limit, 'points')} for {share:.0%} of the range.",
                 figures,
-                runbook("GpuUtilizationImbalance"),
+                cause("imbalance").runbook,
                 ("utilization", "spread"),
             )
         )
@@ -112,7 +113,7 @@ def input_bound(ask: Ask, t: Thresholds, throttled: bool) -> list[Finding]:
                 f"Every GPU was below {cut:.0%} busy for {share:.0%} of the "
                 "range with no throttling: the GPUs waited for input (data loading, host CPU).",
                 figures,
-                runbook("GpuUtilizationImbalance"),
+                cause("input_bound").runbook,
                 ("utilization",),
             )
         )

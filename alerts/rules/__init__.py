@@ -19,11 +19,13 @@ Severity = Literal["critical", "warning", "info"]
 @dataclass(frozen=True)
 class Record:
     """A recording rule: ``name`` (level:metric:operation) records ``expr``, whose «names» are
-    the shared settings of thresholds.yml and ``fragments``."""
+    the shared settings of thresholds.yml and ``fragments``; ``labels`` are added to what it
+    records (several rules may record one name, each with its own labels)."""
 
     name: str
     expr: str
     fragments: Mapping[str, Fragment] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.rules import Alert
+from mirrorwatch.alerts.rules import Alert, causes
 from mirrorwatch.alerts.templates import gpu_value, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
 
@@ -28,8 +28,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "GPU utilisation imbalance in run {{ $labels.run }}",
             'The 1-minute mean {{ if eq $labels.source "sm_activity" }}SM activity (GPM)'
             "{{ else }}utilisation{{ end }} of the GPUs of run {{ $labels.run }} spans «PCT» "
-            "(more than «spread_ratio:%»). «GPU» lags the most, at «lagging»: that replica "
-            "waits on input, on a slower link or on a throttled GPU.",
+            "(more than «spread_ratio:%»). «GPU» lags the most, at «lagging». «why»",
             "«PCT»",
             labels={"scope": "run"},
             fragments={
@@ -37,6 +36,7 @@ def alerts(t: Thresholds) -> list[Alert]:
                 "lagging": value_of(
                     q.RUN_GPU_BALANCE, q.key("run", "uuid"), pipe="humanizePercentage"
                 ),
+                "why": causes.why_run(t.runbook_url),
             },
         ),
         Alert(
@@ -49,12 +49,13 @@ def alerts(t: Thresholds) -> list[Alert]:
             "GPU utilisation imbalance on «HOST»",
             "The 1-minute mean utilisation of the busy GPUs of «HOST» that "
             "report no training run spans «PCT» (more than «spread_ratio:%»). «GPU», "
-            "«RUN_OF_GPU», lags the most, at «lagging».",
+            "«RUN_OF_GPU», lags the most, at «lagging». «why»",
             "«PCT»",
             labels={"scope": "host"},
             fragments={
                 "labels_of_lagging_gpu": q.labels_of_extreme(busy_unassigned, q.TARGET_KEY, "min"),
                 "lagging": gpu_value(q.GPU_UTIL, "humanizePercentage"),
+                "why": causes.why_host(t.runbook_url),
             },
         ),
         Alert(

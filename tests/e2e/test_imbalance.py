@@ -1,4 +1,4 @@
-"""`imbalance` with a real training run: the run's alert names the run and the lagging GPU."""
+"""`imbalance` with a real training run: the run's alert names the run, the lagging GPU and why."""
 
 from __future__ import annotations
 
@@ -29,7 +29,13 @@ def test_imbalance_alert_names_the_run_and_its_lagging_gpu(
         assert alert.labels["uuid"] == gpus[1]["uuid"]
         assert alert.labels["scope"] == "run"
         assert alert.labels["instance"] == str(drill.exporter_address)
-        assert RUN in alert.annotations["description"]
+        description = alert.annotations["description"]
+        assert RUN in description
+        # The scenario starves GPU 1 of input and nothing else: the notification says so, with
+        # the runbook section for it, from the cause rules of the same Prometheus.
+        assert "No hardware cause on GPU 1: most likely its input pipeline" in description
+        assert "runbook.md#gpuutilizationimbalance." in description
+        assert "held back" not in description
         # The run-scoped alert can start once the run's first push has been scraped.
         started = drill.first_sample_time(f'mirrorwatch_training_replica_info{{run="{RUN}"}}')
         latencies.append(

@@ -263,6 +263,15 @@ def test_fleet_dashboard_hosts_table_has_one_row_per_host(fleet: Fleet, expr: st
 # --- MetricsQL against PromQL on the same samples ---------------------------------------------
 
 
+# The cause rules (alerts/rules/causes.py) say which causes hold *now*, so their series come
+# and go as a GPU heats or cools. Prometheus ends a vanished series at once (staleness
+# markers); VictoriaMetrics keeps its last sample visible for its lookback window, and vmalert
+# sees each rule's results only after writing them back, a step per rule of the chain. For a
+# few evaluations after a change the two stores then hold different causes: not a difference
+# of MetricsQL's arithmetic, which is what this comparison checks.
+NOW_ONLY_RULES = ("instance_gpu:mirrorwatch_gpu_cause:", "run_gpu:mirrorwatch_gpu_cause:")
+
+
 def rule_expressions(rules: Path) -> list[tuple[str, str]]:
     document: dict[str, Any] = yaml.safe_load(rules.read_text(encoding="utf-8"))
     return [
@@ -305,6 +314,8 @@ def test_metricsql_and_promql_give_every_rule_the_same_answer(fleet: Fleet) -> N
     at = time.time() - 5
     differences = []
     for name, expr in rule_expressions(fleet.rules.rules):
+        if name.startswith(NOW_ONLY_RULES):
+            continue
         vm = answer(fleet.store.url, expr, at)
         prom = answer(fleet.prometheus.url, expr, at)
         if vm.keys() != prom.keys():

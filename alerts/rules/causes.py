@@ -1,0 +1,376 @@
+"""Cause rules: per GPU, which known causes hold now, with evidence, and the likely one by rank.
+
+Two levels, as GpuUtilizationImbalance has two scopes. `instance_gpu:` covers every GPU for
+the hardware causes (heat, power, hardware slowdown, a PCIe link below its maximum), and the
+busy GPUs that belong to no active run for the rest (a slower interconnect than their busy
+peers', waiting on input, none). `run_gpu:` covers each GPU of an active run: its hardware
+causes, a process that is not the run's, a slower interconnect than its run peers', and,
+when none of these holds, waiting on input (it lags the run's busiest GPU by more than the
+imbalance threshold) or none. Each series carries `cause` (the report's finding kind) and
+`evidence` (what its value is, with the unit); `:rank` gives its precedence (1 first) from
+mirrorwatch.alerts.causes, `:likely` the first of each GPU.
+
+The rules run in order within their group, so a later one reads what an earlier one recorded
+at the same evaluation (Prometheus commits each rule's samples before the next:
+prometheus/prometheus rules/group.go, Group.Eval). The imbalance alert's text (why_run,
+why_host) asks the rank series of its lagging GPU, most important first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts.causes import LIVE, Cause, cause
+from mirrorwatch.alerts.fragments import dedent, fill, num
+from mirrorwatch.alerts.rules import Record
+from mirrorwatch.alerts.templates import gpu_value, matchers, value_of
+from mirrorwatch.alerts.thresholds import Thresholds
+
+GPU_CAUSE = "instance_gpu:mirrorwatch_gpu_cause:evidence"
+GPU_CAUSE_RANK = "instance_gpu:mirrorwatch_gpu_cause:rank"
+GPU_LIKELY_CAUSE = "instance_gpu:mirrorwatch_gpu_cause:likely"
+RUN_GPU_CAUSE = "run_gpu:mirrorwatch_gpu_cause:evidence"
+RUN_GPU_CAUSE_RANK = "run_gpu:mirrorwatch_gpu_cause:rank"
+RUN_GPU_LIKELY_CAUSE = "run_gpu:mirrorwatch_gpu_cause:likely"
+
+# The causes of the GPU itself, whoever uses it; the run level takes them from the GPU level.
+HARDWARE = tuple(
+    cause(kind)
+    for kind in ("hardware_slowdown", "thermal_throttling", "power_capping", "pcie_degraded")
+)
+# A process that is not a run's is known only for the GPUs of a run.
+HOST_LIVE = tuple(c for c in LIVE if c.kind != "foreign_process")
+RUN_GPU_KEY = q.key("run", "gpu", "uuid")
+# What the alert looks its run GPU up by.
+RUN_UUID_KEY = q.key("run", "uuid")
+SM_CLOCK = 'clock="sm"'
+
+
+def _labels(c: Cause) -> dict[str, str]:
+    return {"cause": c.kind, "evidence": c.evidence}
+
+
+def _per_gpu(metric: str, *matchers: str) -> str:
+    return f"max by ({q.GPU_KEY}) ({q.RULES(metric, *matchers)})"
+
+
+def _share(metric: str, limit: str, *matchers: str) -> str:
+    return f"{_per_gpu(metric, *matchers)}\n/ on ({q.GPU_KEY})\n{_per_gpu(limit, *matchers)}"
+
+
+def _throttled(c: Cause) -> str:
+    """Each GPU held back for this cause at this evaluation: the report's "throttled now"."""
+    if c.violation is None:
+        return f"max by ({q.GPU_KEY}) ({q.clock_events(q.RULES, c.clock_reasons)})"
+    return q.throttled_now(q.RULES, c.violation, c.clock_reasons)
+
+
+def hardware_rules(t: Thresholds) -> list[Record]:
+    sm_clock = _share("mirrorwatch_gpu_clock_hertz", "mirrorwatch_gpu_clock_max_hertz", SM_CLOCK)
+    pcie = (
+        f"{_per_gpu('mirrorwatch_gpu_pcie_link_width')}\n"
+        f"* on ({q.GPU_KEY}) {_per_gpu('mirrorwatch_gpu_pcie_link_generation')}\n"
+        f"/ on ({q.GPU_KEY})\n"
+        f"(\n  {_per_gpu('mirrorwatch_gpu_pcie_link_width_max')}\n"
+        f"  * on ({q.GPU_KEY}) {_per_gpu('mirrorwatch_gpu_pcie_link_generation_max')}\n)"
+    )
+    evidence = {
+        "hardware_slowdown": sm_clock,
+        "thermal_throttling": _per_gpu("mirrorwatch_gpu_temperature_celsius"),
+        "power_capping": _share("mirrorwatch_gpu_power_watts", "mirrorwatch_gpu_power_limit_watts"),
+        "pcie_degraded": pcie,
+    }
+    conditions = {c.kind: _throttled(c) for c in HARDWARE if c.clock_reasons} | {
+        "pcie_degraded": fill(
+            "max by («key») (\n  «degraded»\n)",
+            {"key": q.GPU_KEY, "degraded": q.pcie_link_degraded(q.RULES, t.busy_utilization_ratio)},
+        )
+    }
+    return [
+        Record(
+            GPU_CAUSE,
+            "(\n  «evidence»\n)\nand on («key»)\n(\n  «condition»\n)",
+            {"evidence": evidence[c.kind], "condition": conditions[c.kind], "key": q.GPU_KEY},
+            _labels(c),
+        )
+        for c in HARDWARE
+    ]
+
+
+def interconnect(members: str, key: str) -> str:
+    """The GPUs of ``members`` (a group of GPUs, by ``key``) whose link to the group's other
+    GPUs is worse than their peers': across CPU sockets, or without NVLink where another GPU
+    of the group has it. The value is how many of the group's GPUs it reaches without NVLink.
+
+    A GPU's peers are the group's GPUs on its host, by NVML index (peer_gpu)."""
+    links = dedent(
+        """
+        mirrorwatch_gpu_p2p_link_info{link«link»}
+        and on («target», uuid) «members»
+        and on («target», peer_gpu) max by («target», peer_gpu) (
+          label_replace(«members», "peer_gpu", "$1", "gpu", "(.*)")
+        )
+        """
+    ).rstrip()
+
+    def count(by: str, link: str) -> str:
+        parts = {"target": q.TARGET_KEY, "members": members, "link": link}
+        return fill(f"count by ({by}) (\n  «links»\n)", {**parts, "links": links})
+
+    slow = count(q.GPU_KEY, '!="nvlink"')
+    return fill(
+        dedent(
+            """
+            (
+              «slow»
+              and on («gpu»)
+              «cross»
+            )
+            or
+            (
+              «slow»
+              unless on («gpu»)
+              «nvlink»
+              and on («key»)
+              «group_nvlink»
+            )
+            """
+        ),
+        {
+            "slow": slow,
+            "cross": count(q.GPU_KEY, '="cross_numa"'),
+            "nvlink": count(q.GPU_KEY, '="nvlink"'),
+            "group_nvlink": count(key, '="nvlink"'),
+            "gpu": q.GPU_KEY,
+            "key": key,
+        },
+    )
+
+
+def _before(level: str, kind: str = "input_bound") -> str:
+    """The causes of ``level`` recorded before ``kind`` in this evaluation. Never ``kind`` itself
+    or what follows it: their series of the evaluation before are still within the lookback
+    window, and a rule would be ``unless`` its own last sample, every other minute."""
+    later = [c.kind for c in LIVE[[c.kind for c in LIVE].index(kind) :]]
+    return f'{level}{{cause!~"{"|".join(later)}"}}'
+
+
+def _rank(level: str, causes: tuple[Cause, ...]) -> str:
+    """Each cause series of ``level`` valued by its precedence (NaN evidence counts too)."""
+    return "\nor\n".join(
+        f'count without () ({level}{{cause="{c.kind}"}}) * {c.rank}' for c in causes
+    )
+
+
+def _first(rank: str, key: str) -> str:
+    """Each GPU's cause of the lowest rank, from the ranks' expression rather than their
+    recorded series: vmalert sees a rule's results only once they are written back to the
+    store, so every recorded step in a chain costs an evaluation or more there."""
+    return fill(
+        "(\n  «rank»\n)\n== on («key») group_left ()\nmin by («key») (\n  «rank»\n)",
+        {"rank": rank, "key": key},
+    )
+
+
+def _attach_run(expr: str) -> str:
+    """``expr`` (one series per GPU) on every GPU of an active run, with the run's labels."""
+    return fill(
+        "(\n  «expr»\n)\n* on («target», uuid) group_right ()\ncount without () («run_gpus»)",
+        {"expr": expr, "target": q.TARGET_KEY, "run_gpus": q.RUN_GPU_UTIL},
+    )
+
+
+def host_rules(t: Thresholds) -> list[Record]:
+    """The busy GPUs of a host in no active run (the host-scope imbalance's GPUs)."""
+    members = q.busy_unassigned(t.busy_utilization_ratio)
+    lag = f"max by ({q.TARGET_KEY}) {members}\n- on ({q.TARGET_KEY}) group_right ()\n{members}"
+    known = _before(GPU_CAUSE)
+    return [
+        Record(
+            GPU_CAUSE, interconnect(members, q.TARGET_KEY), labels=_labels(cause("interconnect"))
+        ),
+        Record(
+            GPU_CAUSE,
+            "(\n  «lag»\n) > «spread»\nunless on («key») «known»",
+            {
+                "lag": lag,
+                "spread": t.GpuUtilizationImbalance.spread_ratio,
+                "key": q.GPU_KEY,
+                "known": known,
+            },
+            _labels(cause("input_bound")),
+        ),
+        Record(
+            GPU_CAUSE,
+            "(\n  «lag»\n)\nunless on («key») «known»",
+            {"lag": lag, "key": q.GPU_KEY, "known": _before(GPU_CAUSE, "none")},
+            _labels(cause("none")),
+        ),
+        Record(GPU_CAUSE_RANK, _rank(GPU_CAUSE, HOST_LIVE)),
+        Record(GPU_LIKELY_CAUSE, _first(_rank(GPU_CAUSE, HOST_LIVE), q.GPU_KEY)),
+    ]
+
+
+def run_rules(t: Thresholds) -> list[Record]:
+    members = q.RUN_GPU_UTIL
+    lag = (
+        f"max by (run) ({q.RUN_GPU_BALANCE})\n- on (run) group_right ()\n"
+        f"max by ({RUN_GPU_KEY}) ({q.RUN_GPU_BALANCE})"
+    )
+    known = f"on ({RUN_GPU_KEY}) {_before(RUN_GPU_CAUSE)}"
+    return [
+        # One rule per cause: a GPU with two of them would be two series on the "one" side.
+        *(
+            Record(
+                RUN_GPU_CAUSE, _attach_run(f'{GPU_CAUSE}{{cause="{c.kind}"}}'), labels=_labels(c)
+            )
+            for c in HARDWARE
+        ),
+        Record(
+            RUN_GPU_CAUSE,
+            f"max by ({RUN_GPU_KEY}) ({q.RULES(q.FOREIGN_COUNT)}) > 0",
+            labels=_labels(cause("foreign_process")),
+        ),
+        Record(
+            RUN_GPU_CAUSE,
+            _attach_run(interconnect(members, f"{q.TARGET_KEY}")),
+            labels=_labels(cause("interconnect")),
+        ),
+        Record(
+            RUN_GPU_CAUSE,
+            f"(\n  {lag}\n) > {num(t.GpuUtilizationImbalance.spread_ratio)}\nunless {known}",
+            labels=_labels(cause("input_bound")),
+        ),
+        Record(
+            RUN_GPU_CAUSE,
+            f"(\n  {lag}\n)\nunless on ({RUN_GPU_KEY}) {_before(RUN_GPU_CAUSE, 'none')}",
+            labels=_labels(cause("none")),
+        ),
+        Record(RUN_GPU_CAUSE_RANK, _rank(RUN_GPU_CAUSE, LIVE)),
+        Record(RUN_GPU_LIKELY_CAUSE, _first(_rank(RUN_GPU_CAUSE, LIVE), RUN_GPU_KEY)),
+    ]
+
+
+def rules(t: Thresholds) -> list[Record]:
+    return [*hardware_rules(t), *host_rules(t), *run_rules(t)]
+
+
+# --- the imbalance alert's "why" ---------------------------------------------------------------
+
+_THIS_GPU = "GPU {{ $labels.gpu }}"
+_SM = fill(
+    "SM clock «sm»Hz of «sm_max»Hz",
+    {
+        "sm": gpu_value("mirrorwatch_gpu_clock_hertz", "humanize", SM_CLOCK),
+        "sm_max": gpu_value("mirrorwatch_gpu_clock_max_hertz", "humanize", SM_CLOCK),
+    },
+)
+
+
+def _pcie(metric: str) -> str:
+    return gpu_value(f"mirrorwatch_gpu_pcie_link_{metric}")
+
+
+def _evidence_of(level: str, kind: str, key: str, pipe: str) -> str:
+    return value_of(level, key, f'cause="{kind}"', pipe)
+
+
+def _phrases(level: str, key: str, group: str) -> dict[str, str]:
+    """What the alert says for each live cause of the lagging GPU, with its evidence."""
+    wanted, args = matchers(q.UUID_KEY)
+    cross_numa = (
+        f'{{{{ with printf `mirrorwatch_gpu_p2p_link_info{{{wanted},link="cross_numa"}}` '
+        f"{args} | query }}}}, across CPU sockets (cross-NUMA){{{{ end }}}}"
+    )
+    return {
+        "hardware_slowdown": f"{_THIS_GPU} is {cause('hardware_slowdown').held_back}: the board "
+        f"cut its clocks, {_SM}.",
+        "thermal_throttling": f"{_THIS_GPU} is {cause('thermal_throttling').held_back}: "
+        + gpu_value("mirrorwatch_gpu_temperature_celsius", "humanize")
+        + " °C against its "
+        + gpu_value(
+            "mirrorwatch_gpu_temperature_threshold_celsius", "humanize", 'threshold="slowdown"'
+        )
+        + f" °C slowdown, {_SM}.",
+        "power_capping": f"{_THIS_GPU} is {cause('power_capping').held_back}: "
+        + gpu_value("mirrorwatch_gpu_power_watts", "humanize")
+        + " W of its "
+        + gpu_value("mirrorwatch_gpu_power_limit_watts", "humanize")
+        + f" W limit, {_SM}.",
+        "pcie_degraded": f"{_THIS_GPU}'s PCIe link runs below its maximum while busy: gen "
+        f"{_pcie('generation')} x{_pcie('width')} of gen {_pcie('generation_max')} "
+        f"x{_pcie('width_max')}.",
+        "foreign_process": f"{_THIS_GPU} is shared with "
+        + _evidence_of(level, "foreign_process", key, "")
+        + " process(es) that are not the run's.",
+        "interconnect": f"{_THIS_GPU} reaches "
+        + _evidence_of(level, "interconnect", key, "")
+        + f" of {group}'s other GPUs without NVLink{cross_numa}: every all-reduce waits on "
+        "its slowest link.",
+        "input_bound": f"No hardware cause on {_THIS_GPU}: most likely its input pipeline (its "
+        + _BALANCE_SOURCE
+        + " is "
+        + _evidence_of(level, "input_bound", key, "humanizePercentage")
+        + f" below {group}'s busiest GPU"
+        + (_step_time() if key == RUN_UUID_KEY else "")
+        + ").",
+        "none": f"No known cause on {_THIS_GPU}.",
+    }
+
+
+_BALANCE_SOURCE = (
+    '{{ if eq $labels.source "sm_activity" }}SM activity{{ else }}utilisation{{ end }}'
+)
+
+
+def _step_time() -> str:
+    """The run's median step time over the last 5 minutes, where its histogram has steps."""
+    wanted, args = matchers(q.RUN_KEY)
+    return (
+        "{{ with printf `histogram_quantile(0.5, sum by (le) (rate("
+        f"mirrorwatch_training_step_duration_seconds_bucket{{{wanted}}}[5m]))) > 0` "
+        f"{args} | query }}}}; the run's median step takes "
+        "{{ . | first | value | humanizeDuration }}{{ end }}"
+    )
+
+
+def why(
+    rank: str, level: str, kinds: Sequence[Cause], key: str, group: str, runbook_url: str
+) -> str:
+    """The causes that hold on the alert's GPU, most important first, the first with its
+    runbook section; what the alert said before the rules knew, until they have run."""
+    wanted, args = matchers(key)
+    phrases = _phrases(level, key, group)
+    branches = "".join(
+        f'{{{{ {"if" if i == 0 else "else if"} eq $c.Labels.cause "{c.kind}" }}}}'
+        f"{text}{{{{ if not $i }}}} See {runbook_url}#{c.anchor}.{{{{ end }}}}"
+        for i, (c, text) in enumerate((c, phrases[c.kind]) for c in kinds)
+    )
+    return (
+        f"{{{{ range $i, $c := printf `sort({rank}{{{wanted}}})` {args} | query }}}}"
+        f"{{{{ if $i }}}} Also: {{{{ end }}}}{branches}{{{{ end }}}}"
+        "{{ else }}That GPU waits on input, on a slower link or on a throttled GPU.{{ end }}"
+    )
+
+
+def why_run(runbook_url: str) -> str:
+    return why(
+        RUN_GPU_CAUSE_RANK,
+        RUN_GPU_CAUSE,
+        LIVE,
+        RUN_UUID_KEY,
+        "the run",
+        runbook_url,
+    )
+
+
+def why_host(runbook_url: str) -> str:
+    return why(
+        GPU_CAUSE_RANK,
+        GPU_CAUSE,
+        HOST_LIVE,
+        q.UUID_KEY,
+        "the host",
+        runbook_url,
+    )

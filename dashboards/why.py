@@ -1,0 +1,85 @@
+"""The "Why" panel: per GPU, the causes that hold now with their evidence, the likely one first.
+
+It reads the cause rules (mirrorwatch.alerts.rules.causes), the same series the imbalance alert
+names its lagging GPU's cause from, and shows each cause by its title from the cause table.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import table
+from grafana_foundation_sdk.models import dashboard as models
+
+from dashboards.layout import Row
+from dashboards.panels import PanelSpec, instant_table, organize, table_panel
+from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts.causes import LIVE
+from mirrorwatch.alerts.queries import Select
+from mirrorwatch.alerts.rules import causes as rules
+
+RANK, EVIDENCE = "Value #A", "Value #B"
+COLUMNS = ["instance", "gpu", "run", "cause", "evidence", "value", "precedence"]
+
+
+def run_causes(s: Select) -> tuple[str, str]:
+    """Rank and evidence of each cause on the selected GPUs of the selected runs."""
+    return f"sort({s(rules.RUN_GPU_CAUSE_RANK)})", s(rules.RUN_GPU_CAUSE)
+
+
+def host_causes(s: Select) -> tuple[str, str]:
+    """Rank and evidence of each cause on the selected GPUs: a GPU of an active run by the run's
+    rules (they know its run peers and foreign processes), any other GPU by the host's."""
+    key = f"{q.TARGET_KEY}, uuid"
+
+    def either(run_level: str, host_level: str) -> str:
+        return f"{s(run_level)} or ({s(host_level)} unless on ({key}) {s(run_level)})"
+
+    return (
+        f"sort({either(rules.RUN_GPU_CAUSE_RANK, rules.GPU_CAUSE_RANK)})",
+        either(rules.RUN_GPU_CAUSE, rules.GPU_CAUSE),
+    )
+
+
+def _titles() -> list[models.ValueMapping]:
+    """Each cause shown by its title, as the run report heads its finding."""
+    return [
+        models.ValueMap(
+            options={
+                c.kind: models.ValueMappingResult(text=c.title, index=i) for i, c in enumerate(LIVE)
+            }
+        )
+    ]
+
+
+def why_panel(queries: tuple[str, str], scope: str, *, width: int = 24) -> table.Panel:
+    rank, evidence = queries
+    precedence = ", ".join(c.title for c in LIVE)
+    spec = PanelSpec(
+        "Why",
+        f"The known causes that hold now on each GPU of {scope}, most likely first, with the "
+        "value that shows each (its evidence says what it is and in which unit). The order "
+        f"is the run report's: {precedence}. Input-bound means none of the others holds "
+        "while the GPU lags the busiest by more than the imbalance threshold; the "
+        "GpuUtilizationImbalance alert names the first cause of its lagging GPU.",
+        "none",
+        [instant_table(rank), instant_table(evidence)],
+        width=width,
+        height=6,
+        decimals=2,
+        mappings=_titles(),
+        transformations=[
+            models.DataTransformerConfig(id_val="merge", options={}),
+            organize(
+                exclude=["Time", "__name__", "job", "uuid", "cluster", "host"],
+                rename={RANK: "precedence", EVIDENCE: "value"},
+                order=COLUMNS,
+            ),
+        ],
+    )
+    return table_panel(spec).sort_by(
+        [common_builders.TableSortByFieldState().display_name("precedence")]
+    )
+
+
+def why_row(queries: tuple[str, str], scope: str) -> Row:
+    return Row("Causes now", [why_panel(queries, scope)])
