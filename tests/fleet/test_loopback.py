@@ -270,6 +270,12 @@ def test_fleet_dashboard_hosts_table_has_one_row_per_host(fleet: Fleet, expr: st
 # few evaluations after a change the two stores then hold different causes: not a difference
 # of MetricsQL's arithmetic, which is what this comparison checks.
 NOW_ONLY_RULES = ("instance_gpu:mirrorwatch_gpu_cause:", "run_gpu:mirrorwatch_gpu_cause:")
+# The share of the last minute throttled for heat is a 1 s subquery over a counter scraped every
+# second: each store picks the raw samples of each step by its own lookback (Prometheus: the
+# last sample within 5 m; VictoriaMetrics: within the step, then its own gap filling), so a
+# minute can count a second or two more or less in one of them (seen: 0.27 against 0.30). The
+# alerts both fire alike (the test above); the value is compared to two seconds a minute.
+SAMPLED_RULES = {"instance_gpu:mirrorwatch_gpu_thermal_throttle:ratio1m": 2 / 60}
 
 
 def rule_expressions(rules: Path) -> list[tuple[str, str]]:
@@ -325,6 +331,7 @@ def test_metricsql_and_promql_give_every_rule_the_same_answer(fleet: Fleet) -> N
             )
             continue
         for key, value in vm.items():
-            if not math.isclose(value, prom[key], rel_tol=0.05, abs_tol=0.02):
+            tolerance = SAMPLED_RULES.get(name, 0.02)
+            if not math.isclose(value, prom[key], rel_tol=0.05, abs_tol=tolerance):
                 differences.append(f"{name} {dict(key)}: MetricsQL {value}, PromQL {prom[key]}")
     assert differences == [], "\n".join(differences)
