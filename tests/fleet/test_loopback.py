@@ -275,7 +275,11 @@ NOW_ONLY_RULES = ("instance_gpu:mirrorwatch_gpu_cause:", "run_gpu:mirrorwatch_gp
 # last sample within 5 m; VictoriaMetrics: within the step, then its own gap filling), so a
 # minute can count a second or two more or less in one of them (seen: 0.27 against 0.30). The
 # alerts both fire alike (the test above); the value is compared to two seconds a minute.
-SAMPLED_RULES = {"instance_gpu:mirrorwatch_gpu_thermal_throttle:ratio1m": 2 / 60}
+# GpuThermalThrottling's value is that share: the same tolerance.
+SAMPLED_RULES = {
+    "instance_gpu:mirrorwatch_gpu_thermal_throttle:ratio1m": 2 / 60,
+    "GpuThermalThrottling": 2 / 60,
+}
 
 
 def rule_expressions(rules: Path) -> list[tuple[str, str]]:
