@@ -115,10 +115,12 @@ pytest: install tools
 	$(VENV)/bin/pytest
 
 ## alerts: regenerate alerts/mirrorwatch.rules.yml from alerts/thresholds.yml and alerts/rules/,
-## and its PrometheusRule (deploy/kubernetes/prometheusrule.yaml)
+## its PrometheusRule (deploy/kubernetes/prometheusrule.yaml), and the inhibit rules of the
+## Alertmanager configurations from alerts/inhibitions.py
 alerts: install
 	$(PY) -m mirrorwatch.alerts.build
 	$(PY) -m mirrorwatch.alerts.kubernetes
+	$(PY) -m mirrorwatch.alerts.alertmanager
 
 ## dashboards: regenerate dashboards/json/*.json from the Python sources in dashboards/
 dashboards: install

@@ -16,10 +16,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import yaml
-
 from mirrorwatch.alerts import queries, templates
 from mirrorwatch.alerts.fragments import Fragment, FragmentError, dedent, fill
+from mirrorwatch.alerts.generated import dump, write_or_check
 from mirrorwatch.alerts.rules import (
     Alert,
     Record,
@@ -126,21 +125,8 @@ def build(t: Thresholds) -> dict[str, object]:
     return {"groups": groups}
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block scalars for multi-line expressions, so the generated file reads like hand-written."""
-
-
-def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in data else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
-
-
-_Dumper.add_representer(str, _str_presenter)
-
-
 def render(t: Thresholds) -> str:
-    body = yaml.dump(build(t), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=10_000)
-    return HEADER + body
+    return HEADER + dump(build(t))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,18 +145,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"mirrorwatch.alerts.build: {error}\n")
         return 2
     return write_or_check("mirrorwatch.alerts.build", args.output, text, check=args.check)
-
-
-def write_or_check(tool: str, output: Path, text: str, *, check: bool) -> int:
-    """Write a generated file, or with ``check`` exit 1 when the file on disk differs."""
-    if check:
-        current = output.read_text(encoding="utf-8") if output.exists() else ""
-        if current != text:
-            sys.stderr.write(f"{tool}: {output} is out of date; run `make alerts`\n")
-            return 1
-        return 0
-    output.write_text(text, encoding="utf-8")
-    return 0
 
 
 if __name__ == "__main__":

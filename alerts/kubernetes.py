@@ -18,10 +18,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
-
-from mirrorwatch.alerts.build import RULES_FILE, build, write_or_check
+from mirrorwatch.alerts.build import RULES_FILE, build
 from mirrorwatch.alerts.fragments import FragmentError
+from mirrorwatch.alerts.generated import dump, write_or_check
 from mirrorwatch.alerts.thresholds import THRESHOLDS_FILE, ThresholdsError, load_thresholds
 
 # In the source tree: alerts/ beside deploy/.
@@ -55,23 +54,10 @@ def prometheus_rule(groups: object) -> dict[str, object]:
     }
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block scalars for multi-line expressions, as in the rule file."""
-
-
-def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in data else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
-
-
-_Dumper.add_representer(str, _str_presenter)
-
-
 def render(config: Path = THRESHOLDS_FILE) -> str:
     rules = build(load_thresholds(config))
     document = prometheus_rule(rules["groups"])
-    body = yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=10_000)
-    return HEADER + body
+    return HEADER + dump(document)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

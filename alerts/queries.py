@@ -42,9 +42,14 @@ RULES = Select()
 TARGET_LABELS = ("cluster", "host", "job", "instance")
 
 
+def key_labels(*labels: str) -> tuple[str, ...]:
+    """A grouping key as a list of names (Alertmanager's `equal`): the target's, then ``labels``."""
+    return (*TARGET_LABELS, *labels)
+
+
 def key(*labels: str) -> str:
-    """A grouping key: the target's labels, then ``labels``."""
-    return ", ".join((*TARGET_LABELS, *labels))
+    """A grouping key as PromQL writes it: the target's labels, then ``labels``."""
+    return ", ".join(key_labels(*labels))
 
 
 TARGET_KEY = key()
