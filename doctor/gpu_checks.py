@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from mirrorwatch.alerts.causes import cause
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.doctor.model import Check, Status, skipped
 from mirrorwatch.exporter.backend import DeviceConfig, GpuBackend, GpuDevice, P2pLink
@@ -27,8 +28,9 @@ _TOPOLOGY_STATUS: Mapping[P2pLink, Status] = {
     "numa_node": "warn",
     "cross_numa": "warn",
 }
-_THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown")
-_HARDWARE_REASONS = ("hw_slowdown", "hw_power_brake_slowdown")
+# The clocks-event reasons of the cause table (alerts/causes.py), as the alerts read them.
+_THERMAL_REASONS = cause("thermal_throttling").clock_reasons
+_HARDWARE_REASONS = cause("hardware_slowdown").clock_reasons
 # An enforced limit this far under the board's default is a cap someone set, not rounding.
 _POWER_LIMIT_SLACK_RATIO = 0.02
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mirrorwatch.alerts.causes import cause
 from mirrorwatch.doctor.model import Check, skipped
 from mirrorwatch.exporter.backend import GpuBackend, GpuDevice
 
@@ -34,6 +35,11 @@ PROBE_IDS = (
     "thermal_throttling.under_load",
 )
 _SPLIT_GPU_MEMORY_MB = 2048  # each logical GPU of a split GPU 0, as the GPU smoke fit does
+# What thermal_throttling.under_load warns of: heat, or the board cutting its clocks.
+_HEAT_REASONS = (
+    *cause("thermal_throttling").clock_reasons,
+    *cause("hardware_slowdown").clock_reasons,
+)
 
 
 @dataclass(frozen=True)
@@ -328,7 +334,7 @@ def _under_load(index: int, samples: Sequence[Mapping[str, Any]]) -> Check:
         parts.append(f"power {max(p / lim for p, lim in powers):.0%} of limit")
     if clocks:
         parts.append(f"SM clock {min(clocks):.0%} of max at lowest")
-    heat = [r for r in reasons if "thermal" in r or r in ("hw_slowdown", "hw_power_brake_slowdown")]
+    heat = [r for r in reasons if r in _HEAT_REASONS]
     parts.append("throttle: " + (", ".join(reasons) if reasons else "none"))
     return Check(
         "thermal_throttling.under_load",

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+import operator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from mirrorwatch.alerts import causes
 from mirrorwatch.exporter.backend import (
     CLOCKS_EVENT_REASONS,
     ECC_ERROR_TYPES,
@@ -78,12 +80,20 @@ _CLOCK_FACTOR: Final = {
     BIT["hw_thermal_slowdown"]: 0.5,
     BIT["hw_power_brake_slowdown"]: 0.35,
 }
-# Which active reasons accrue violation time under each throttle_seconds_total reason.
+
+
+def _bits(reasons: Sequence[str]) -> int:
+    return functools.reduce(operator.or_, (BIT[reason] for reason in reasons), 0)
+
+
+# Which active reasons accrue violation time under each throttle_seconds_total reason. The
+# cause table's (alerts/causes.py): each throttling cause's clocks-event reasons under the
+# violation counter that times it, so the simulated counters say what the rules and the report
+# read them as; hardware slowdown, timed by no counter the rules read, under the board limit.
 _ACCRUES: Final = {
-    "power": SW_POWER_CAP | BIT["hw_power_brake_slowdown"],
-    "thermal": SW_THERMAL_SLOWDOWN | BIT["hw_thermal_slowdown"],
+    **{c.violation: _bits(c.clock_reasons) for c in causes.THROTTLES if c.violation},
+    "board_limit": _bits(causes.cause("hardware_slowdown").clock_reasons),
     "sync_boost": BIT["sync_boost"],
-    "board_limit": BIT["hw_slowdown"],
     "low_utilization": GPU_IDLE,
     "reliability": 0,
 }

@@ -17,6 +17,8 @@ RULES = ALERTS / "mirrorwatch.rules.yml"
 THRESHOLDS = ALERTS / "thresholds.yml"
 # The rule generator, as `make alerts` runs it.
 GENERATE = [sys.executable, "-m", "mirrorwatch.alerts.build"]
+# The inhibit rules' generator, as `make alerts` runs it.
+GENERATE_INHIBITIONS = [sys.executable, "-m", "mirrorwatch.alerts.alertmanager"]
 PROMTOOL_TESTS = sorted((ALERTS / "tests").glob("*.yml"))
 ALERTMANAGER_CONFIG = ALERTS / "alertmanager.yml"
 ALERTMANAGER_EXAMPLE = ALERTS / "alertmanager.slack-email.example.yml"

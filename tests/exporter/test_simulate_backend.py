@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from mirrorwatch.alerts import causes
 from mirrorwatch.exporter.backend import (
     CLOCKS,
     CLOCKS_EVENT_REASONS,
@@ -469,7 +470,7 @@ def test_a_power_cap_pins_power_at_the_cap(tmp_path: Path) -> None:
         ("hw_slowdown", "board_limit"),
         ("hw_thermal_slowdown", "thermal"),
         ("sync_boost", "sync_boost"),
-        ("hw_power_brake_slowdown", "power"),
+        ("hw_power_brake_slowdown", "board_limit"),
     ],
 )
 def test_a_throttle_event_sets_its_reason_and_accrues_violation_time(
@@ -493,6 +494,31 @@ def test_a_throttle_event_sets_its_reason_and_accrues_violation_time(
     reasons = gpu.clocks_event_reasons()
     assert reasons is not None
     assert not any(reasons.values())
+
+
+# (clocks-event reason, its cause) for every reason of a throttling cause of the cause table.
+CAUSE_REASONS = [(reason, c) for c in causes.THROTTLES for reason in c.clock_reasons]
+
+
+@pytest.mark.parametrize(
+    ("reason", "cause"), CAUSE_REASONS, ids=[f"{r}-{c.kind}" for r, c in CAUSE_REASONS]
+)
+def test_a_throttle_reason_accrues_only_under_its_own_causes_counter(
+    tmp_path: Path, reason: str, cause: causes.Cause
+) -> None:
+    """The rules and the report read a cause's violation counter (alerts/causes.py): a reason
+    of one cause never times another's, so a power brake is a hardware slowdown, not a cap."""
+    scenario = scenario_from(
+        tmp_path,
+        "description: d\nworkload: {utilization: 0.95}\n"
+        f"events: [{{type: throttle, gpu: 0, reason: {reason}, at: 5s, duration: 10s}}]\n",
+    )
+    backend, _ = backend_at(scenario, now=100.0)
+    throttled = backend.gpus()[0].throttle_seconds_total()
+    for other in causes.THROTTLES:
+        if other.violation is not None:
+            want = 10.0 if other is cause else 0.0
+            assert throttled[other.violation] == pytest.approx(want), (other.kind, throttled)
 
 
 def test_a_lost_gpu_can_come_back(tmp_path: Path) -> None:
