@@ -9,7 +9,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from mirrorwatch.exporter.backend import GpuBackend, GpuDevice
-from mirrorwatch.exporter.collectors.worker_lines import ACTIVE, FAMILIES, REPLICA_INFO, WorkerLines
+from mirrorwatch.exporter.collectors.worker_lines import (
+    ACTIVE,
+    FAMILIES,
+    REPLICA_INFO,
+    Family,
+    WorkerLines,
+)
 from mirrorwatch.exporter.exposition import RenderedFamily
 from mirrorwatch.exporter.ingest.errors import RejectionCounter
 from mirrorwatch.exporter.ingest.owners import ProcessOwners, Worker
@@ -59,7 +65,7 @@ class TrainingMetrics:
 
     def _training(self, views: Sequence[WorkerView], gpus: GpuDirectory) -> Iterator[Metric]:
         """Every worker's lines, family by family; a family no worker has is left out."""
-        lines: dict[object, list[str]] = {family: [] for family in FAMILIES}
+        lines: dict[Family, list[str]] = {family: [] for family in FAMILIES}
         active, replica_info = lines[ACTIVE], lines[REPLICA_INFO]
         for view, worker in zip(views, self._worker_lines(views), strict=True):
             active.append(worker.active(view.active))
