@@ -7,11 +7,14 @@ the way that costs the scrape most: as many runs as allowed, 64-character run id
 indexes of four digits, every replica the limit allows on a GPU of this host (so each gets its
 `replica_info` row and both memory series), every optional field set, 128-character model and
 strategy names, and a pid so the run's GPUs get foreign-process series. One push more of each
-kind is then checked to be refused with 429. Measured before the fill, after it, and with
-every worker pushing again before each scrape (so each worker's samples are built afresh: the
-costliest scrape): /metrics bytes (plain text, and gzip as Prometheus asks), series, scrape
-wall time (client side, over loopback) with Prometheus's headers and plain, CPU per scrape,
-and the exporter's RSS.
+kind is then checked to be refused with 429. Measured before the fill, after it, with every
+worker pushing again before each scrape (so each worker's lines are written afresh: the
+costliest scrape), and with a second client pushing every worker over and over during the
+scrapes (pushes arriving mid-scrape must not stall it; their own latency is recorded too):
+/metrics bytes (plain text, and gzip as Prometheus asks), series, scrape wall time (client
+side, over loopback) with Prometheus's headers and plain, the exporter's CPU per scrape, and
+its RSS. The load average before and after goes with the machine: on a shared machine the
+wall times include waiting for a core, and the CPU per scrape is the steadier number.
 
 Two settings run: the defaults (judged: the scrape under 0.5 s and 2 MB) and a cluster-sized
 one, raised by flag to the limits the contract first had (recorded for docs/api.md).
@@ -27,6 +30,7 @@ import math
 import os
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -142,6 +146,11 @@ def snapshot(replicas: int, uuids: list[str], sequence: int = 1) -> dict[str, An
     }
 
 
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (/proc/loadavg)."""
+    return [float(part) for part in Path("/proc/loadavg").read_text().split()[:3]]
+
+
 def process_cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
@@ -238,6 +247,52 @@ class Pushes:
                 raise RuntimeError(f"push to {path} answered {response.text}")
 
 
+class PushesDuring:
+    """While open, a second client repeats ``pushes`` (every worker, next sequence) without
+    pause: each scrape meets pushes arriving while it runs. Records each push's latency."""
+
+    def __init__(self, pushes: Pushes) -> None:
+        self.pushes = pushes
+        self.latencies: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._failure: BaseException | None = None
+
+    def _run(self) -> None:
+        shared = self.pushes
+        with httpx.Client(timeout=300) as client:
+            pushes = Pushes(client, shared.url, shared.setting, shared.uuids)
+            pushes.sequence = shared.sequence
+            try:
+                while not self._stop.is_set():
+                    started = time.perf_counter()
+                    pushes()
+                    self.latencies.append((time.perf_counter() - started) / len(pushes.paths))
+            except BaseException as failure:  # reported by __exit__, in the caller's thread
+                self._failure = failure
+            finally:
+                shared.sequence = pushes.sequence  # later pushes carry on after these
+
+    def __enter__(self) -> PushesDuring:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self._failure is not None:
+            raise RuntimeError("a push during the scrapes failed") from self._failure
+
+    def summary(self) -> dict[str, Any]:
+        """Mean push latency of each round of pushes (every worker once)."""
+        rounds = self.latencies
+        return {
+            "push_rounds": len(rounds),
+            "push_seconds_mean_p50": round(statistics.median(rounds), 5),
+            "push_seconds_mean_max": round(max(rounds), 5),
+        }
+
+
 def fill(client: httpx.Client, url: str, setting: Setting, uuids: list[str]) -> dict[str, Any]:
     """Push workers until every limit is reached, then check one more of each is refused."""
     runs = min(setting.max_runs, setting.max_workers)
@@ -296,6 +351,9 @@ def measure(setting: Setting, scrapes: int) -> dict[str, Any]:
         full = {**scrape(client, exporter.url, pid, scrapes), **memory_mib(pid)}
         pushes = Pushes(client, exporter.url, setting, uuids)
         pushed = {**scrape(client, exporter.url, pid, scrapes, pushes), **memory_mib(pid)}
+        with PushesDuring(pushes) as during:
+            meanwhile = {**scrape(client, exporter.url, pid, scrapes), **memory_mib(pid)}
+        meanwhile["pushes"] = during.summary()
     return {
         "setting": setting.name,
         "limits": {
@@ -308,10 +366,16 @@ def measure(setting: Setting, scrapes: int) -> dict[str, Any]:
         "no_training": empty,
         "at_the_limits": full,
         "at_the_limits_all_pushed_since": pushed,
+        "at_the_limits_pushes_during": meanwhile,
     }
 
 
-STATES = ("no_training", "at_the_limits", "at_the_limits_all_pushed_since")
+STATES = (
+    "no_training",
+    "at_the_limits",
+    "at_the_limits_all_pushed_since",
+    "at_the_limits_pushes_during",
+)
 
 
 def verdict(row: Mapping[str, Any]) -> dict[str, bool]:
@@ -332,14 +396,16 @@ def main() -> None:
     parser.add_argument("--scrapes", type=int, default=20, help="timed scrapes per mode")
     parser.add_argument("--cluster-scrapes", type=int, default=3)
     args = parser.parse_args()
+    load_before = load_average()
     default = measure(default_setting(), args.scrapes)
     cluster = measure(CLUSTER, args.cluster_scrapes)
     met = verdict(default)
+    load = {"load_average_before": load_before, "load_average_after": load_average()}
     result = {
         "benchmark": "the worst /metrics one token holder can cause, at the ingest limits: "
         f"real exporter process (simulated '{SCENARIO}' host, {GPUS} GPUs, token), loopback HTTP",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine(),
+        "machine": {**machine(), **load},
         "modes": MODES,
         "targets_at_the_defaults": TARGETS,
         "met": met,

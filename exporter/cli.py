@@ -9,6 +9,7 @@ line that names it; nothing else is started by then.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import socket
@@ -231,6 +232,11 @@ def run(argv: list[str] | None = None) -> int:
         backend.kind,
         extra={"listen": str(Address(host, port)), "backend": backend.kind},
     )
+    # What start-up made (imported modules, the app: ~90k objects) lives as long as the
+    # process; frozen, the collector's full passes skip it. Unfrozen, each full pass while
+    # pushes arrive scanned it all and stalled the scrape that triggered it (55-70 ms, every
+    # few push rounds at the ingest limits; bench/limits_bench.py).
+    gc.freeze()
     # No 10 Hz tick: idle, the exporter's event loop sleeps (server.py).
     QuietServer(config).run(sockets=[sock])
     return 0

@@ -8,22 +8,20 @@ as they are), so these renderers only escape label values and cache each distinc
 text. On an 8-GPU host that is about a third of the scrape's CPU.
 
 Three shortcuts skip even that: a ``LabelSet`` (the collectors' label dicts) carries its own
-rendered text, a ``SampleLine`` (``sample_line``) the whole line of a sample that never
-changes (a pushed training snapshot's), and a family marked static (``mark_static``:
-identity, limits, topology) is rendered once per format and its text reused for as long as
-the same family object is yielded.
+rendered text, a ``RenderedFamily`` carries its sample lines written already (a pushed
+training snapshot's, written once per push with a ``LabelTemplate``), and a family marked
+static (``mark_static``: identity, limits, topology) is rendered once per format and its text
+reused for as long as the same family object is yielded.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
-from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -31,10 +29,11 @@ OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset
 # prometheus_client's text-format type names for OpenMetrics types.
 _TEXT_TYPES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram"}
 _TRAILING_SUFFIXES = ("_created", "_gsum", "_gcount")
-_NON_FINITE = frozenset({"inf", "-inf", "nan"})
+_NON_FINITE = {"inf": "+Inf", "-inf": "-Inf", "nan": "NaN"}
 
 
-def _escape_value(value: str) -> str:
+def escape_label_value(value: str) -> str:
+    """A label value as both formats write it between its double quotes."""
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
@@ -46,7 +45,7 @@ def _render_labels(labels: dict[str, str]) -> str:
     if not labels:
         return ""
     pairs = sorted(labels.items())
-    return "{" + ",".join(f'{k}="{_escape_value(v)}"' for k, v in pairs) + "}"
+    return "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs) + "}"
 
 
 class LabelSet(dict[str, str]):
@@ -65,23 +64,44 @@ def label_set(labels: dict[str, str]) -> LabelSet:
     return made
 
 
-class SampleLine(LabelSet):
-    """The labels of one sample that never changes, with that sample's whole line.
+class LabelTemplate:
+    """The label text of samples that share their label names, in the order both formats write
+    labels (sorted by name, as prometheus_client does); the names are sorted once, here.
 
-    Without a timestamp a sample's line is the same in both formats. Made by ``sample_line``;
-    never reuse one for another sample or value.
+    ``text`` takes values already escaped (``escape_label_value``), so a value many samples
+    share (a worker's run id) is escaped once, not once per sample.
     """
 
-    __slots__ = ("line",)
-    line: str
+    def __init__(self, *names: str) -> None:
+        self.names = tuple(sorted(names))
+
+    def text(self, escaped: Mapping[str, str]) -> str:
+        return "{" + ",".join([f'{name}="{escaped[name]}"' for name in self.names]) + "}"
 
 
-def sample_line(name: str, labels: dict[str, str], value: float) -> Sample:
-    """A sample whose line is rendered now, once, instead of at every scrape."""
-    made = SampleLine(labels)
-    made.text = _render_labels(made)
-    made.line = f"{name}{made.text} {_go_float(value)}\n"
-    return Sample(name, made, value)
+class RenderedFamily(Metric):
+    """A family whose sample lines are written already: the renderers write its HELP and TYPE
+    and then ``lines`` as they are.
+
+    Each item of ``lines`` is one or more whole lines, ``name{labels} value\\n`` (see
+    ``sample_text``): without timestamps, exemplars or ``_created`` samples a line is the
+    same in both formats. It has no ``samples``, so only these renderers can write it.
+    """
+
+    def __init__(self, name: str, documentation: str, typ: str, lines: Sequence[str]) -> None:
+        super().__init__(name, documentation, typ)
+        self.lines = lines
+
+
+def line_prefix(name: str, label_text: str) -> str:
+    """What a sample's line says before its value: ``name{labels} ``."""
+    return f"{name}{label_text} "
+
+
+def sample_text(prefix: str, value: float) -> str:
+    """One sample's line as both formats write it (no timestamp), for a ``RenderedFamily``;
+    ``prefix`` is its ``line_prefix``."""
+    return f"{prefix}{go_float(value)}\n"
 
 
 _STATIC = "_mirrorwatch_static"
@@ -176,17 +196,16 @@ class TextRenderer(_LabelCache):
         kind = _TEXT_TYPES.get(kind, "untyped" if kind == "unknown" else kind)
         documentation = _escape_help(family.documentation)
         output.append(f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n")
+        if type(family) is RenderedFamily:
+            output.extend(family.lines)
+            return "".join(output)
         trailing: dict[str, list[str]] = {}
         trailing_names = {family.name + suffix: suffix for suffix in _TRAILING_SUFFIXES}
         for sample in family.samples:
-            labels = sample.labels
-            if type(labels) is SampleLine:
-                line = labels.line
-            else:
-                line = f"{sample.name}{label_text(labels)} {_go_float(sample.value)}"
-                if sample.timestamp is not None:
-                    line += f" {int(float(sample.timestamp) * 1000):d}"
-                line += "\n"
+            line = f"{sample.name}{label_text(sample.labels)} {go_float(sample.value)}"
+            if sample.timestamp is not None:
+                line += f" {int(float(sample.timestamp) * 1000):d}"
+            line += "\n"
             suffix = trailing_names.get(sample.name)
             if suffix is None:
                 output.append(line)
@@ -199,13 +218,16 @@ class TextRenderer(_LabelCache):
         return "".join(output)
 
 
-def _go_float(value: float) -> str:
-    """prometheus_client's floatToGoString, without its work for the common short floats."""
+def go_float(value: float) -> str:
+    """A value as prometheus_client's ``floatToGoString`` writes it, at half its cost: Python's
+    repr, except Go's exponent form for positive values from 1e7 up (``8.1234e+10``) and
+    ``+Inf``, ``-Inf``, ``NaN`` (tests hold it to ``floatToGoString`` itself)."""
     text = repr(float(value))
-    if text.find(".") > 6 or text in _NON_FINITE:  # Go's exponent form; +Inf, -Inf, NaN
-        go_text: str = floatToGoString(value)  # type: ignore[no-untyped-call]
-        return go_text
-    return text
+    dot = text.find(".")
+    if dot > 6 and value > 0:
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return _NON_FINITE.get(text, text)
 
 
 class _OneFamily:
@@ -241,17 +263,16 @@ class OpenMetricsRenderer(_LabelCache):
         output: list[str] = []
         label_text = self._label_text
         name = family.name
-        help_text = _escape_value(family.documentation)
+        help_text = escape_label_value(family.documentation)
         output.append(f"# HELP {name} {help_text}\n# TYPE {name} {family.type}\n")
         if family.unit:
             output.append(f"# UNIT {name} {family.unit}\n")
+        if type(family) is RenderedFamily:
+            output.extend(family.lines)
+            return "".join(output)
         for sample in family.samples:
-            labels = sample.labels
-            if type(labels) is SampleLine:
-                output.append(labels.line)
-                continue
-            value = "" if sample.value is None else _go_float(sample.value)
-            line = f"{sample.name}{label_text(labels)} {value}"
+            value = "" if sample.value is None else go_float(sample.value)
+            line = f"{sample.name}{label_text(sample.labels)} {value}"
             if sample.timestamp is not None:
                 line += f" {sample.timestamp}"
             output.append(line + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -18,14 +19,20 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Exemplar, Sample
+from prometheus_client.utils import floatToGoString
 
 from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics
 from mirrorwatch.exporter.exposition import (
+    LabelTemplate,
     OpenMetricsRenderer,
+    RenderedFamily,
     TextRenderer,
+    escape_label_value,
+    go_float,
     label_set,
+    line_prefix,
     mark_static,
-    sample_line,
+    sample_text,
 )
 from mirrorwatch.exporter.simulate.backend import SimulatedBackend
 from mirrorwatch.exporter.simulate.scenario import load_scenario
@@ -158,12 +165,37 @@ def test_openmetrics_scrape_parses_to_the_samples_of_the_text_scrape() -> None:
     assert samples(openmetrics_families(om)) == parsed_text  # type: ignore[no-untyped-call]
 
 
-def test_sample_lines_render_as_prometheus_client_does_in_both_formats() -> None:
-    gauge = GaugeMetricFamily("g", "h", labels=["run", "worker"])
-    for worker, value in enumerate((81_234_567_890.0, 0.1, 2.0**31, 1e-7, -3.5)):
-        gauge.samples.append(sample_line("g", {"run": 'r"\\\n', "worker": str(worker)}, value))
+def test_written_lines_render_as_prometheus_client_renders_their_samples() -> None:
+    # A RenderedFamily's lines, written by line_prefix/sample_text from a LabelTemplate, against
+    # the same samples added to prometheus_client's own families.
+    template = LabelTemplate("worker", "run", "le")  # given unsorted: written sorted
+    values = (81_234_567_890.0, 0.1, 2.0**31, 1e-7, -3.5, 0.0)
+    gauge = GaugeMetricFamily("g", "h", labels=["run", "worker", "le"])
+    lines = []
+    for worker, value in enumerate(values):
+        labels = {"run": 'r"\\\n', "worker": str(worker), "le": "+Inf"}
+        gauge.add_metric(list(labels.values()), value)
+        escaped = {name: escape_label_value(text) for name, text in labels.items()}
+        lines.append(sample_text(line_prefix("g", template.text(escaped)), value))
     counter = CounterMetricFamily("c", "a counter", labels=["run"])
-    counter.samples.append(sample_line("c_total", {"run": "r"}, 12345.0))
-    families: list[Metric] = [gauge, counter]
-    assert TextRenderer().render(families) == reference(families)
-    assert OpenMetricsRenderer().render(families) == reference_openmetrics(families)
+    counter.add_metric(["r"], 12345.0)
+    counter_line = sample_text(
+        line_prefix("c_total", LabelTemplate("run").text({"run": "r"})), 12345
+    )
+    written: list[Metric] = [
+        RenderedFamily("g", "h", "gauge", lines),
+        RenderedFamily("c", "a counter", "counter", [counter_line]),
+    ]
+    assert TextRenderer().render(written) == reference([gauge, counter])
+    assert OpenMetricsRenderer().render(written) == reference_openmetrics([gauge, counter])
+
+
+def test_values_are_written_as_prometheus_client_writes_them() -> None:
+    special = [0, 1, -1, 1e6, 9_999_999.0, 1e7, 12_345_678.9, -12_345_678.9, 1e16, 1e21, 1e22]
+    special += [5e-324, -0.0, 2**53, 81_234_567_890.0, float("inf"), float("-inf"), float("nan")]
+    draw = random.Random(24)
+    drawn = [10 ** draw.uniform(-30, 30) for _ in range(3000)]
+    drawn += [draw.uniform(-1e12, 1e12) for _ in range(3000)]
+    drawn += [float(draw.randrange(2**53)) for _ in range(3000)]
+    for value in special + drawn:
+        assert go_float(value) == floatToGoString(value), value  # type: ignore[no-untyped-call]
