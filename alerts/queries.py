@@ -359,6 +359,28 @@ def communication_share(s: Select, window: str) -> str:
     return f"clamp_max(sum by ({WORKER_KEY}) ({allreduce}) / sum by ({WORKER_KEY}) ({steps}), 1)"
 
 
+def communication_share_now(s: Select, window: str) -> str:
+    """``communication_share`` from each worker's last two samples in ``window`` (as irate()),
+    so a range's points follow a change at once; over the whole window where those two saw
+    no step (a scrape between the same two pushes)."""
+    allreduce = f"irate({s('mirrorwatch_training_allreduce_seconds_sum')}[{window}])"
+    steps = f"irate({s('mirrorwatch_training_step_duration_seconds_sum')}[{window}])"
+    last = (
+        f"clamp_max(sum by ({WORKER_KEY}) ({allreduce}) / (sum by ({WORKER_KEY}) ({steps}) > 0), 1)"
+    )
+    return f"({last}) or ({communication_share(s, window)})"
+
+
+def gpu_communication_share(s: Select, window: str) -> str:
+    """The share of step time each selected run spent in communication itself, on each GPU it
+    trains on (UUID_KEY labels), where its workers measure it: the least of its workers'
+    shares, since in a synchronous all-reduce every other worker also waits there for the last
+    to arrive, and the last waits for no one."""
+    least = f"min by ({RUN_KEY}) ({communication_share_now(s, window)})"
+    replicas = s("mirrorwatch_training_replica_info")
+    return f"max by ({UUID_KEY}) ({replicas} * on ({RUN_KEY}) group_left () {least})"
+
+
 def seconds_since_last_push(s: Select) -> str:
     last_push = s("mirrorwatch_training_last_push_timestamp_seconds")
     return f"time() - max by (run, worker) ({last_push})"

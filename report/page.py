@@ -10,7 +10,7 @@ from typing import Any
 from mirrorwatch.alerts.causes import TITLES
 from mirrorwatch.report.analysis import Analysis
 from mirrorwatch.report.charts import Chart
-from mirrorwatch.report.cost import METHODS, in_words
+from mirrorwatch.report.cost import in_words, method_of
 from mirrorwatch.report.evidence import Figure, Finding
 from mirrorwatch.report.scope import format_time
 from mirrorwatch.report.svg import format_value
@@ -156,6 +156,8 @@ def _finding(number: int, f: Finding, charts: Mapping[str, Chart], runbook_url: 
         if f.runbook.startswith("docs/runbook.md")
         else escape(f.runbook)
     )
+    # The assumptions of the method that gave the number (measured or estimated).
+    assumes = method_of(f.kind, f.cost.method).assumes if f.cost else ""
     return (
         f'<section class="finding" id="finding-{number}"><h3>{number}. '
         f'<span class="kind {f.kind}">{escape(f.kind)}</span>{escape(TITLES[f.kind])}'
@@ -164,7 +166,7 @@ def _finding(number: int, f: Finding, charts: Mapping[str, Chart], runbook_url: 
         f'<i style="width: {f.share * 100:.0f}%"></i></span> · runbook: {link}</div>'
         f"<p>{escape(f.summary)}</p>"
         f'<p class="cost">{escape(in_words(f.cost, f.kind))} '
-        f"<span class='meta'>{escape(METHODS[f.kind].assumes) if f.cost else ''}</span></p>"
+        f"<span class='meta'>{escape(assumes)}</span></p>"
         + (f"<table>{figures}</table>{_queries([x.query for x in f.figures])}" if figures else "")
         + "".join(_chart(charts[name]) for name in f.charts if name in charts)
         + "</section>"

@@ -1,6 +1,6 @@
 """Simulated hosts, one per scenario, scraped every second by one real Prometheus, each with a
-synthetic training run (training.py) pushed every second: the ground the report tests stand
-on."""
+synthetic training run (training.py) pushed every second, or more than one (``Run``): the
+ground the report tests stand on."""
 
 from __future__ import annotations
 
@@ -39,6 +39,15 @@ EFFICIENCY = 0.8
 
 def run_of(scenario: str) -> str:
     return f"report-{scenario}"
+
+
+@dataclass(frozen=True)
+class Run:
+    """A synthetic run on ``host``: one MirroredStrategy worker, or (``ddp``) one DDP worker per
+    GPU that publishes its all-reduce time, as the torch monitor does."""
+
+    host: str
+    ddp: bool = False
 
 
 @dataclass
@@ -83,13 +92,16 @@ class Pusher(threading.Thread):
     """Trains on each host once a second, as the pace of its GPUs allows, and pushes the run
     as the callback would, until stopped."""
 
-    def __init__(self, exporters: dict[str, Address], pauses: Mapping[str, Pause]) -> None:
+    def __init__(
+        self, exporters: dict[str, Address], pauses: Mapping[str, Pause], runs: Mapping[str, Run]
+    ) -> None:
         super().__init__(daemon=True)
         self.exporters = exporters
         self.pauses = pauses
+        self.runs = runs
         self.halt = threading.Event()
         self.errors: list[str] = []
-        self.trainings = {name: SyncTraining() for name in exporters}
+        self.trainings = {name: SyncTraining(ddp=run.ddp) for name, run in runs.items()}
 
     def _paused(self, name: str, elapsed: float) -> bool:
         pause = self.pauses.get(name)
@@ -98,6 +110,25 @@ class Pusher(threading.Thread):
         stopped = pause.at <= elapsed < pause.at + pause.seconds
         os.kill(pause.pid, signal.SIGSTOP if stopped else signal.SIGCONT)
         return stopped
+
+    def _push(
+        self,
+        client: httpx.Client,
+        address: Address,
+        run: str,
+        training: SyncTraining,
+        gpus: list[dict[str, Any]],
+        sequence: int,
+    ) -> None:
+        step = training.advance(time.time(), [reading(g) for g in gpus])
+        for worker, _ in training.workers(gpus):
+            response = client.put(
+                f"{address.url}/api/v1/runs/{run_of(run)}/workers/{worker}",
+                content=training.snapshot(gpus, sequence, step, SCALING, WORKER_PID, worker),
+                headers={"Content-Type": "application/json"},
+            )
+            if response.status_code != 200:
+                self.errors.append(response.text)
 
     def run(self) -> None:
         began = time.time()
@@ -108,15 +139,9 @@ class Pusher(threading.Thread):
                     if self._paused(name, time.time() - began):
                         continue
                     gpus = client.get(f"{address.url}/api/v1/gpus").json()["gpus"]
-                    training = self.trainings[name]
-                    step = training.advance(time.time(), [reading(g) for g in gpus])
-                    response = client.put(
-                        f"{address.url}/api/v1/runs/{run_of(name)}/workers/0",
-                        content=training.snapshot(gpus, sequence, step, SCALING, WORKER_PID),
-                        headers={"Content-Type": "application/json"},
-                    )
-                    if response.status_code != 200:
-                        self.errors.append(response.text)
+                    for run, training in self.trainings.items():
+                        if self.runs[run].host == name:
+                            self._push(client, address, run, training, gpus, sequence)
                 sequence += 1
                 # Once a second on the second, however long the pushes took.
                 self.halt.wait(1.0 - (time.time() - began) % 1.0)
@@ -141,9 +166,11 @@ def running_hosts(
     workdir: Path,
     seconds: float,
     gaps: Mapping[str, tuple[float, float]] | None = None,
+    runs: Mapping[str, Run] | None = None,
 ) -> Iterator[Hosts]:
     """The hosts (name: built-in scenario or file) and Prometheus, after ``seconds`` of
-    training on every host; ``gaps`` stop a host's exporter (name: (at, seconds))."""
+    training on every host; ``gaps`` stop a host's exporter (name: (at, seconds)). Each host
+    has one run of its name (``run_of``), besides ``runs`` (name: where and how it trains)."""
     binary = find_binary("prometheus")
     if binary is None:
         pytest.fail("prometheus is not installed: run `make tools`", pytrace=False)
@@ -171,7 +198,8 @@ def running_hosts(
         except StackError as error:
             pytest.fail(str(error), pytrace=False)
         began = time.time()
-        pusher = Pusher(exporters, pauses)
+        every = {name: Run(name) for name in scenarios} | dict(runs or {})
+        pusher = Pusher(exporters, pauses, every)
         pusher.start()
         try:
             time.sleep(seconds)

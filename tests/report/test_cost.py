@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from mirrorwatch.report.cost import METHODS, Cost, combined, in_words, without_causes
+from mirrorwatch.report.cost import (
+    INTERCONNECT_MEASURED,
+    METHODS,
+    PCIE_MEASURED,
+    Cost,
+    combined,
+    in_words,
+    method_of,
+    without_causes,
+)
 from mirrorwatch.report.evidence import KINDS, Finding
 
 
@@ -17,7 +26,60 @@ def finding(kind: str, fraction: float | None, instance: str = "h:9848", gpu: st
 
 def test_every_kind_has_a_method_that_says_what_it_assumes() -> None:
     assert sorted(METHODS) == sorted(KINDS)
-    assert all(len(m.assumes) > 30 and m.assumes.endswith(".") for m in METHODS.values())
+    methods = [*METHODS.values(), *(m.measured for m in METHODS.values() if m.measured)]
+    assert all(len(m.assumes) > 30 and m.assumes.endswith(".") for m in methods)
+
+
+def test_the_links_are_measured_where_the_run_publishes_its_all_reduce() -> None:
+    measured = {kind for kind, m in METHODS.items() if m.measured is not None}
+    assert measured == {"pcie_degraded", "interconnect"}
+    assert method_of("pcie_degraded", "measured all-reduce") is PCIE_MEASURED
+    assert method_of("interconnect", "measured all-reduce") is INTERCONNECT_MEASURED
+    assert method_of("interconnect", "all-reduce over PCIe") is METHODS["interconnect"]
+
+
+def test_the_page_says_whether_a_link_cost_was_measured_or_estimated() -> None:
+    measured = Cost(0.144, 0.072, 0.172, "measured all-reduce", allreduce=0.09)
+    assert in_words(measured, "pcie_degraded").endswith(
+        "by the measured all-reduce method, from the all-reduce time the run's workers measured."
+    )
+    estimated = Cost(0.082, 0.041, 0.11, "link")
+    assert in_words(estimated, "pcie_degraded").endswith(
+        "by the link method, estimated from the link's traffic."
+    )
+
+
+def test_a_measured_all_reduce_counts_once_under_a_measured_interconnect() -> None:
+    # The x8 link's cost holds 0.09 of all-reduce, which NVLink would take away with the rest
+    # of the all-reduce (the interconnect's 0.19): only its input copies count beside it.
+    link = Cost(0.144, 0.072, 0.172, "measured all-reduce", allreduce=0.09)
+    pair = Cost(0.19, 0.095, 0.19, "measured all-reduce")
+    both = [
+        Finding("pcie_degraded", "1", "h:9848", 0.9, "", [], "", cost=link),
+        Finding("interconnect", "0", "h:9848", 1.0, "", [], "", cost=pair),
+    ]
+    total = combined(both)
+    assert total is not None
+    assert total.fraction == pytest.approx(1 - (1 - 0.054) * (1 - 0.19))
+    assert total.low == pytest.approx(1 - (1 - 0.027) * (1 - 0.095))
+    assert total.high == pytest.approx(1 - (1 - 0.082) * (1 - 0.19))
+    # An estimated interconnect cost (the transmit traffic) does not hold it: both count.
+    estimated = [
+        both[0],
+        Finding(
+            "interconnect",
+            "0",
+            "h:9848",
+            1.0,
+            "",
+            [],
+            "",
+            cost=Cost(0.03, 0.015, 0.12, "all-reduce over PCIe"),
+        ),
+    ]
+    alone = combined(estimated)
+    assert alone is not None
+    assert alone.fraction == pytest.approx(1 - (1 - 0.144) * (1 - 0.03))
 
 
 def test_independent_causes_leave_the_product_of_what_each_leaves() -> None:

@@ -1,12 +1,14 @@
 """mirrorwatch-report against a real Prometheus scraping simulated hosts with training runs.
 
-Four hosts, one per scenario, run at once under one Prometheus (1 s scrapes); each gets a run
-pushed every second for RUN_SECONDS. Each report must name the scenario's fault first, every
-figure must be what its own query gives, and the page must render in a real browser.
+Hosts, one per scenario, run at once under one Prometheus (1 s scrapes); each gets a run
+pushed every second for RUN_SECONDS (one host two: a DDP run beside a MirroredStrategy one).
+Each report must name the scenario's fault first, every figure must be what its own query
+gives, and the page must render in a real browser.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -23,8 +25,16 @@ from typing import Any
 
 import pytest
 
-from tests.report.stack import EFFICIENCY, SPEEDUP, Hosts, run_of, running_hosts
-from tests.report.training import BATCH, Cause, SyncTraining, step_seconds
+from mirrorwatch.report.cost import ALLREDUCE_SHARE, LOST_IN_ALLREDUCE, LOST_IN_COPIES
+from tests.report.stack import EFFICIENCY, SPEEDUP, Hosts, Run, run_of, running_hosts
+from tests.report.training import (
+    BATCH,
+    Cause,
+    Reading,
+    SyncTraining,
+    communication_share,
+    step_seconds,
+)
 
 SCENARIOS = (
     "imbalance",
@@ -36,7 +46,16 @@ SCENARIOS = (
     "throttles",
     "xid",
     "input-bound",
+    "pcie-only",
 )
+# Beside the MirroredStrategy runs of two hosts with an x8 link, one without NVLink and one
+# with it: a DDP run on the same GPUs, one worker per GPU, publishing its all-reduce time as
+# the torch monitor does.
+RUNS = {
+    "pcie-only-ddp": Run("pcie-only", ddp=True),
+    "pcie-degraded-ddp": Run("pcie-degraded", ddp=True),
+}
+REPORTED = (*SCENARIOS, *RUNS)
 # Balanced and cool, but the pair has no NVLink and sits on two CPU sockets.
 CROSS_NUMA = """
 description: Two busy, balanced GPUs without NVLink, one on each CPU socket.
@@ -69,7 +88,23 @@ workload:
   utilization: {constant: 0.60, noise: {stddev: 0.01}}
 """
 GAP = (18.0, 8.0)
-FILES = {"cross-numa": CROSS_NUMA, "throttles": THROTTLES, "input-bound": INPUT_BOUND}
+# No NVLink: the all-reduce goes over PCIe, and over GPU 1's x8 link once it drops to it.
+PCIE_ONLY = """
+description: Two busy GPUs without NVLink; GPU 1's link trains at x8 of x16 from 10 s on.
+seed: 6
+expected_alerts: []
+gpus: {count: 2, nvlinks: 0}
+workload:
+  utilization: {constant: 0.95, noise: {stddev: 0.01}}
+events:
+  - {type: pcie_downgrade, gpu: 1, at: 10s, width: 8}
+"""
+FILES = {
+    "cross-numa": CROSS_NUMA,
+    "throttles": THROTTLES,
+    "input-bound": INPUT_BOUND,
+    "pcie-only": PCIE_ONLY,
+}
 # thermal-throttle passes its slowdown temperature ~23 s in, pcie-degraded drops to x8 at 10 s.
 RUN_SECONDS = 40
 REPORT = str(Path(sys.executable).with_name("mirrorwatch-report"))
@@ -115,8 +150,8 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reports]:
         files[name] = str(workdir / f"{name}.yaml")
         Path(files[name]).write_text(text, encoding="utf-8")
     scenarios = {s: files.get(s, s) for s in SCENARIOS}
-    with running_hosts(scenarios, workdir, RUN_SECONDS, {"input-bound": GAP}) as hosts:
-        outs = {s: workdir / "out" / s for s in SCENARIOS}
+    with running_hosts(scenarios, workdir, RUN_SECONDS, {"input-bound": GAP}, RUNS) as hosts:
+        outs = {s: workdir / "out" / s for s in REPORTED}
         running = {
             s: subprocess.Popen(
                 [
@@ -134,7 +169,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reports]:
                 stderr=subprocess.PIPE,
                 text=True,
             )
-            for s in SCENARIOS
+            for s in REPORTED
         }
         for scenario, process in running.items():
             out, err = process.communicate(timeout=120)
@@ -144,7 +179,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reports]:
             hosts,
             {
                 s: Report(outs[s], json.loads((outs[s] / "findings.json").read_text()))
-                for s in SCENARIOS
+                for s in REPORTED
             },
         )
 
@@ -187,6 +222,8 @@ def test_pcie_degraded_names_the_link_below_its_maximum(reports: Reports) -> Non
     figures = {f["name"]: f["value"] for f in top["evidence"]["figures"]}
     assert (figures["narrowest link width"], figures["widest supported"]) == (8, 16)
     assert 0.6 < top["share"] <= 1
+    # A MirroredStrategy run publishes no all-reduce time: estimated from the link's traffic.
+    assert top["cost"]["method"] == "link"
 
 
 def test_a_pair_without_nvlink_across_sockets_is_the_interconnect(reports: Reports) -> None:
@@ -293,6 +330,7 @@ TRUTH: dict[str, tuple[str, str, tuple[Cause, ...]]] = {
     "thermal-throttle": ("thermal_throttling", "1", ("clock",)),
     "pcie-degraded": ("pcie_degraded", "1", ("link",)),
     "imbalance": ("imbalance", "1", ("input",)),
+    "pcie-only-ddp": ("pcie_degraded", "1", ("link",)),
 }
 
 
@@ -306,6 +344,109 @@ def test_the_cost_is_within_30_percent_of_the_truth(reports: Reports, scenario: 
     assert truth > 0.02
     assert cost["fraction"] == pytest.approx(truth, rel=0.3), cost
     assert cost["low"] <= truth <= cost["high"], (truth, cost)
+
+
+# --- the links' costs from the all-reduce time a DDP run measured ---------------------------
+
+
+def seconds_of(reports: Reports, run: str) -> list[tuple[Reading, ...]]:
+    """What the GPUs read each second of the run's report range."""
+    headline = reports.by_scenario[run].data["headline"]
+    training = reports.hosts.trainings[run]
+    return [g for at, _, g in training.seconds if headline["start"] <= at <= headline["end"]]
+
+
+def test_a_ddp_run_costs_its_x8_link_by_the_all_reduce_it_measured(reports: Reports) -> None:
+    finding = finding_of(reports.by_scenario["pcie-only-ddp"], "pcie_degraded", "1")
+    cost, figures = finding["cost"], figures_of(finding)
+    assert cost["method"] == "measured all-reduce"
+    inside = seconds_of(reports, "pcie-only-ddp")
+    degraded = [gpus for gpus in inside if gpus[1].link_speed_ratio < 1]
+    assert len(degraded) > len(inside) / 2
+    # The share the pushes carried while degraded (the starved worker's: GPU 1 gates the
+    # steps, the other worker also waits for it), and the part of it the x8 link added.
+    shares = [communication_share(gpus) for gpus in degraded]
+    assert figures[ALLREDUCE_SHARE] == pytest.approx(statistics.mean(shares), abs=0.01)
+    added = sum(
+        c * (1 - gpus[1].link_speed_ratio) for c, gpus in zip(shares, degraded, strict=True)
+    )
+    assert figures[LOST_IN_ALLREDUCE] == pytest.approx(added / len(inside), abs=0.01)
+    assert cost["fraction"] == pytest.approx(
+        figures[LOST_IN_ALLREDUCE] + figures[LOST_IN_COPIES], abs=1e-4
+    )
+
+
+def test_the_measured_cost_is_nearer_the_truth_than_the_estimate_on_the_same_link(
+    reports: Reports,
+) -> None:
+    # The same x8 link under a MirroredStrategy run: its estimate misses the all-reduce.
+    estimated = finding_of(reports.by_scenario["pcie-only"], "pcie_degraded", "1")["cost"]
+    measured = finding_of(reports.by_scenario["pcie-only-ddp"], "pcie_degraded", "1")["cost"]
+    assert estimated["method"] == "link"
+    errors = []
+    for run, cost in (("pcie-only", estimated), ("pcie-only-ddp", measured)):
+        headline = reports.by_scenario[run].data["headline"]
+        truth = reports.hosts.trainings[run].true_cost(
+            headline["start"], headline["end"], ("link",)
+        )
+        errors.append(abs(cost["fraction"] - truth))
+    assert errors[1] < errors[0], (estimated, measured)
+
+
+def test_over_nvlink_the_measured_all_reduce_leaves_the_link_estimated(reports: Reports) -> None:
+    # Its all-reduce goes over NVLink, not over the x8 link: the estimate from the link's
+    # traffic stands, as for the MirroredStrategy run beside it.
+    ddp, mirrored = (
+        finding_of(reports.by_scenario[run], "pcie_degraded", "1")["cost"]
+        for run in ("pcie-degraded-ddp", "pcie-degraded")
+    )
+    assert ddp["method"] == mirrored["method"] == "link"
+    assert ddp["fraction"] == pytest.approx(mirrored["fraction"], abs=0.01)
+
+
+def test_a_ddp_run_without_nvlink_costs_the_all_reduce_it_measured(reports: Reports) -> None:
+    finding = finding_of(reports.by_scenario["pcie-only-ddp"], "interconnect")
+    cost = finding["cost"]
+    assert cost["method"] == "measured all-reduce"
+    inside = seconds_of(reports, "pcie-only-ddp")
+    share = statistics.mean(communication_share(gpus) for gpus in inside)
+    assert cost["fraction"] == pytest.approx(finding["share"] * share, abs=0.01)
+    assert cost["high"] == cost["fraction"]
+    assert cost["low"] == pytest.approx(cost["fraction"] / 2, abs=1e-4)
+    headline = reports.by_scenario["pcie-only-ddp"].data["headline"]
+    truth = reports.hosts.trainings["pcie-only-ddp"].true_cost(
+        headline["start"], headline["end"], ("interconnect",)
+    )
+    assert cost["low"] <= truth <= cost["high"], (truth, cost)
+    # The same pair under a run that publishes no all-reduce time: estimated.
+    estimated = finding_of(reports.by_scenario["pcie-only"], "interconnect")["cost"]
+    assert estimated["method"] == "all-reduce over PCIe"
+
+
+def test_the_headline_counts_the_measured_all_reduce_once(reports: Reports) -> None:
+    # NVLink takes all of the all-reduce, the x8 link's extra time with it: beside the pair's
+    # measured cost the link counts only its input copies.
+    report = reports.by_scenario["pcie-only-ddp"]
+    link = finding_of(report, "pcie_degraded", "1")
+    pair = finding_of(report, "interconnect")["cost"]["fraction"]
+    headline = report.data["headline"]
+    copies = figures_of(link)[LOST_IN_COPIES]
+    assert headline["cost"]["fraction"] == pytest.approx(1 - (1 - copies) * (1 - pair), abs=1e-3)
+    truth = reports.hosts.trainings["pcie-only-ddp"].true_cost(
+        headline["start"], headline["end"], ("link", "interconnect")
+    )
+    assert headline["cost"]["low"] <= truth <= headline["cost"]["high"], (truth, headline)
+
+
+def test_the_page_says_which_cost_was_measured_and_which_estimated(reports: Reports) -> None:
+    dom = dom_of(reports.by_scenario["pcie-only-ddp"].out / "report.html")
+    costs = re.findall(r'<p class="cost">(.*?)</p>', dom, re.S)
+    measured = [c for c in costs if "by the measured all-reduce method" in c]
+    assert len(measured) == 2, costs  # the x8 link and the pair without NVLink
+    assert all("from the all-reduce time the run's workers measured" in c for c in measured)
+    page = (reports.by_scenario["pcie-only"].out / "report.html").read_text(encoding="utf-8")
+    assert "by the link method, estimated from the link&#x27;s traffic" in page
+    assert "measured all-reduce" not in page
 
 
 def test_thermal_throttling_costs_between_a_tenth_and_nearly_half(reports: Reports) -> None:
@@ -342,7 +483,7 @@ def test_the_headline_says_what_the_run_would_do_without_its_causes(reports: Rep
     assert "Cost: about" in page
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", REPORTED)
 def test_every_figure_is_what_its_query_gives(reports: Reports, scenario: str) -> None:
     for finding in reports.by_scenario[scenario].findings:
         evidence = finding["evidence"]
@@ -370,7 +511,7 @@ def value_of(name: str, series: dict[str, Any]) -> float:
     return sum(i - usual for i in intervals if i > 3 * usual)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", REPORTED)
 def test_headline_figures_are_what_their_queries_give(reports: Reports, scenario: str) -> None:
     headline = reports.by_scenario[scenario].data["headline"]
     for name, query in headline["queries"].items():
@@ -442,7 +583,7 @@ def test_a_comparison_gives_the_throughput_change(reports: Reports, compared: Re
 
 
 def test_a_comparison_draws_both_runs_on_one_axis_in_the_browser(compared: Report) -> None:
-    dom = browse(compared.out / "report.html", "--dump-dom").stdout
+    dom = dom_of(compared.out / "report.html")
     for name in ("throughput", "step_time", "utilization"):
         svg = re.search(rf'data-chart="compare-{name}".*?</svg>', dom, re.S)
         assert svg is not None, name
@@ -496,8 +637,14 @@ def browse(page: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@functools.cache
+def dom_of(page: Path) -> str:
+    """The page as Chromium built it: one browser start per page, whichever tests read it."""
+    return browse(page, "--dump-dom").stdout
+
+
 def test_every_chart_is_drawn_in_the_browser(reports: Reports) -> None:
-    dom = browse(reports.by_scenario["thermal-throttle"].out / "report.html", "--dump-dom").stdout
+    dom = dom_of(reports.by_scenario["thermal-throttle"].out / "report.html")
     charts = re.findall(r'<svg class="chart" data-chart="(\w+)".*?</svg>', dom, re.S)
     assert sorted(charts) == sorted(CHARTS)
     for name in CHARTS:
@@ -645,7 +792,7 @@ def test_a_missing_flag_is_named(tmp_path: Path) -> None:
 
 
 def chart_in_browser(report: Report, name: str) -> str:
-    dom = browse(report.out / "report.html", "--dump-dom").stdout
+    dom = dom_of(report.out / "report.html")
     found = re.search(rf'<svg class="chart" data-chart="{name}".*?</svg>', dom, re.S)
     assert found is not None, name
     return found.group(0)
@@ -661,7 +808,7 @@ def y_ticks(svg: str) -> list[str]:
 
 
 def test_the_pcie_axis_reads_in_lane_widths(reports: Reports) -> None:
-    ticks = y_ticks(chart_in_browser(reports.by_scenario["pcie-degraded"], "pcie"))
+    ticks = y_ticks(chart_in_browser(reports.by_scenario["pcie-only-ddp"], "pcie"))
     assert {"x8", "x16"} <= set(ticks)
     assert set(ticks) <= {"x1", "x2", "x4", "x8", "x16", "x32"}
 
@@ -711,7 +858,7 @@ def test_the_runbook_link_says_where_it_goes_and_a_local_one_opens_offline(
         "--since", "10m", "--out", str(out), "--runbook", str(runbook),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    dom = browse(out / "report.html", "--dump-dom").stdout
+    dom = dom_of(out / "report.html")
     hrefs = [h for h in re.findall(r'<a href="([^"]+)">', dom) if "runbook" in h]
     assert hrefs
     for href in hrefs:
