@@ -5,9 +5,9 @@ finished one to :meth:`CommMeter.add` as a :class:`Span`, from whatever thread l
 and closes the step with :meth:`CommMeter.end_step` on the training thread. Both are one
 append to a queue, with no lock; nothing is computed there. The pusher thread's
 :meth:`CommMeter.read` sorts the queue into steps and turns each closed step into its
-communication time: the length of the union of its spans, so
-buckets reduced at the same time are not counted twice. A span may not know its times yet
-(CUDA events still queued on the device): that step, and those after it, wait for a later read.
+communication time: the length of the union of its spans, so buckets reduced at the same time
+are not counted twice. A span may not know its times yet (CUDA events still queued on the
+device): that step, and those after it, wait for a later read.
 """
 
 from __future__ import annotations
