@@ -2,11 +2,12 @@
 
 A front end that sees each all-reduce (the torch monitor's DDP communication hook) hands every
 finished one to :meth:`CommMeter.add` as a :class:`Span`, from whatever thread learnt of it,
-and closes the step with :meth:`CommMeter.end_step` on the training thread (O(1): the step's
-spans are moved aside, nothing is computed there). The pusher thread's :meth:`CommMeter.read`
-turns each closed step into its communication time: the length of the union of its spans, so
-buckets reduced at the same time are not counted twice. A span may not know its times yet
-(CUDA events still queued on the device): that step, and those after it, wait for a later read.
+and closes the step with :meth:`CommMeter.end_step` on the training thread. Both are one
+append to a queue, with no lock; nothing is computed there. The pusher thread's
+:meth:`CommMeter.read` sorts the queue into steps and turns each closed step into its
+communication time: the length of the union of its spans, so buckets reduced at the same time
+are not counted twice. A span may not know its times yet (CUDA events still queued on the
+device): that step, and those after it, wait for a later read.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS
 from mirrorwatch.telemetry.meter import cumulative
@@ -24,6 +25,9 @@ from mirrorwatch.telemetry.meter import cumulative
 # Closed steps whose spans are still unresolved that are kept; beyond it the oldest are
 # dropped (a device that never completes its events must not grow the process).
 MAX_PENDING_STEPS = 4096
+# Spans and step ends queued unread; beyond it the training thread sorts them into steps itself
+# (a pusher backing off for a minute must not grow the process either).
+MAX_QUEUED_EVENTS = 65536
 
 
 class Span(Protocol):
@@ -32,9 +36,9 @@ class Span(Protocol):
     def times(self) -> tuple[float, float] | None: ...
 
 
-@dataclass(frozen=True)
-class WallSpan:
-    """An all-reduce timed by the host's clock (``time.perf_counter()``): known at once."""
+class WallSpan(NamedTuple):
+    """An all-reduce timed by the host's clock (``time.perf_counter()``): known at once (a
+    tuple: made inside every backward pass, it should cost no more than one)."""
 
     start: float
     end: float
@@ -68,25 +72,42 @@ class CommMeter:
     """Per-step all-reduce time since the session began; steps without an all-reduce (those
     under ``no_sync``, a loop that never attached) are not in it."""
 
-    def __init__(self, max_pending_steps: int = MAX_PENDING_STEPS) -> None:
+    def __init__(
+        self, max_pending_steps: int = MAX_PENDING_STEPS, max_queued: int = MAX_QUEUED_EVENTS
+    ) -> None:
         self._lock = threading.Lock()
-        self._open: list[Span] = []
+        self._max_queued = max_queued
+        # Spans, and None for each step's end, in the order they happened: appended without the
+        # lock by any thread, taken only under it. deque's append and popleft are atomic
+        # (documented as thread-safe), so an event is either queued or sorted, never lost.
+        self._queue: deque[Span | None] = deque()
+        self._open: list[Span] = []  # sorted out of the queue, of the step not ended yet
         self._closed: deque[list[Span]] = deque(maxlen=max_pending_steps)
         self._bucket_counts = [0] * (len(STEP_DURATION_BUCKETS) + 1)
         self._sum = 0.0
 
     def add(self, span: Span) -> None:
         """One finished all-reduce of the current step (any thread)."""
-        with self._lock:
-            self._open.append(span)
+        self._queue.append(span)
 
     def end_step(self) -> None:
-        """The step is over: its all-reduces have all finished (DDP waits for them before
-        backward returns), so they are put aside for the reader. Training thread, O(1)."""
-        if not self._open:  # unlocked peek: a miss only delays the spans by one step
-            return
-        with self._lock:
-            if self._open:
+        """The step is over: its all-reduces have all finished and been added (DDP waits for
+        them before backward returns), so they are the spans queued since the last end.
+        Training thread, O(1)."""
+        queue = self._queue
+        queue.append(None)
+        if len(queue) >= self._max_queued:  # nobody read for that long: sort them here
+            with self._lock:
+                self._sort()
+
+    def _sort(self) -> None:
+        """Move the queued spans into steps, the ended ones to the closed (under the lock)."""
+        queue = self._queue
+        while queue:
+            span = queue.popleft()
+            if span is not None:
+                self._open.append(span)
+            elif self._open:  # a step without an all-reduce (no_sync) is not in the histogram
                 self._closed.append(self._open)
                 self._open = []
 
@@ -94,6 +115,7 @@ class CommMeter:
         """Resolve the closed steps whose times are known, in order; the reader's thread."""
         while True:
             with self._lock:
+                self._sort()
                 if not self._closed:
                     break
                 spans = self._closed[0]

@@ -1,21 +1,28 @@
 """Step counting and timing for both front ends: O(1) per step, read by the pusher thread.
 
-The torch monitor calls it from ``step()``, in order, on the training thread. The Keras callback
-calls it from its hooks: Keras calls the begin hooks on the training thread, in order. The
+The torch monitor calls :meth:`StepMeter.step_done` from ``step()``, in order, on the training
+thread: one deque append and no lock; the steps are counted when the meter is next read (on
+the pusher thread), by the same code as the callback's. The Keras callback calls the other
+methods from its hooks: Keras calls the begin hooks on the training thread, in order. The
 batch-end hooks run there too unless Keras dispatches them to its callback executor (Keras 3's
 async dispatch, on backends it marks thread-safe), where several workers may run them
 concurrently and out of order.
-:class:`StepMeter` is correct either way: every method takes one short lock, and nothing here
-blocks otherwise. The pusher thread takes a consistent copy with :meth:`StepMeter.read`.
+:class:`StepMeter` is correct either way: every other method takes one short lock, and nothing
+here blocks otherwise. The pusher thread takes a consistent copy with :meth:`StepMeter.read`.
 """
 
 from __future__ import annotations
 
 import threading
 from bisect import bisect_left
+from collections import deque
 from dataclasses import dataclass
 
 from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS
+
+# In-order steps kept uncounted until a read; beyond it the training thread counts them itself
+# (a pusher backing off for a minute must not grow the process: about 6 MiB at this length).
+MAX_PENDING_STEPS = 65536
 
 
 @dataclass(frozen=True)
@@ -77,10 +84,16 @@ class StepMeter:
 
     Callers that give :meth:`begin_step` no batch index (synchronous callers that may not call
     :meth:`begin_epoch`) have their ends taken in order: an index going back starts an epoch.
+
+    A caller whose steps always come in order on one thread (the torch monitor) calls
+    :meth:`step_done` instead of :meth:`begin_step` and :meth:`end_step`, and never both kinds:
+    each step is counted as the end of the next batch index, and one that finds no segment open
+    (the first after :meth:`begin_training`) is counted, not timed, and opens one at its time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_pending_steps: int = MAX_PENDING_STEPS) -> None:
         self._lock = threading.Lock()
+        self._max_pending = max_pending_steps
         self._steps_total = 0
         self._epoch = 0
         self._loss: float | None = None
@@ -98,10 +111,24 @@ class StepMeter:
         # (None: no segment open) and the clock the next timed interval starts from.
         self._segment_first: int | None = None
         self._segment_reference = 0.0
+        # step_done's (clock, examples), oldest first, not counted yet. Appended without the
+        # lock and taken only under it: deque's append and popleft are atomic (documented as
+        # thread-safe), so a record is either still here or already counted, never lost.
+        self._pending: deque[tuple[float, int]] = deque()
+
+    def step_done(self, now: float, examples: int) -> None:
+        """An in-order caller's step ended at ``now`` (``time.perf_counter()``), having trained
+        on ``examples``: kept for the next read to count, without a lock."""
+        pending = self._pending
+        pending.append((now, examples))
+        if len(pending) >= self._max_pending:  # nobody read for that long: count them here
+            with self._lock:
+                self._count_pending()
 
     def begin_training(self) -> None:
         """A fit starts: its first step traces the train function, so it is not throughput."""
         with self._lock:
+            self._count_pending()
             self._seen_first_step = False
             self._max_batch = -1
             self._last_begin = -1
@@ -110,6 +137,7 @@ class StepMeter:
     def begin_epoch(self, epoch: int) -> None:
         """A new epoch: ``epoch`` counted from 1, as Keras's progress output shows it."""
         with self._lock:
+            self._count_pending()
             self._epoch = epoch
             self._max_batch = -1
             self._last_begin = -1
@@ -118,19 +146,23 @@ class StepMeter:
     def pause(self) -> None:
         """Evaluation or anything else that is not training starts: the next step starts fresh."""
         with self._lock:
+            self._count_pending()
             self._segment_first = None
 
     def begin_step(self, now: float, batch: int | None = None) -> None:
         """The execution starting at 0-based batch index ``batch`` begins (training thread)."""
         with self._lock:
-            if batch is not None:
-                if batch <= self._last_begin:  # the index went back with no epoch begin
-                    self._max_batch = -1
-                    self._segment_first = None
-                self._last_begin = batch
-            if self._segment_first is None:
-                self._segment_first = self._max_batch + 1 if batch is None else batch
-                self._segment_reference = now
+            self._begin(now, batch)
+
+    def _begin(self, now: float, batch: int | None) -> None:
+        if batch is not None:
+            if batch <= self._last_begin:  # the index went back with no epoch begin
+                self._max_batch = -1
+                self._segment_first = None
+            self._last_begin = batch
+        if self._segment_first is None:
+            self._segment_first = self._max_batch + 1 if batch is None else batch
+            self._segment_reference = now
 
     def end_step(
         self, batch: int, now: float, loss: float | None, examples: int | None = None
@@ -138,38 +170,51 @@ class StepMeter:
         """The execution that ended at 0-based batch index ``batch`` of this epoch is done;
         ``examples``: how many it trained on, where the caller counts them."""
         with self._lock:
-            previous = self._max_batch
-            if batch <= previous:
-                if self._last_begin >= 0:
-                    return  # async dispatch: a lower end arrived late; its steps are counted
-                # No begin indices: an in-order caller, and the index went back: a new epoch.
-                previous = -1
-                if self._segment_first is not None:
-                    self._segment_first = 0
-            self._max_batch = batch
-            self._steps_total += batch - previous
+            self._end(batch, now, loss, examples)
+
+    def _end(self, batch: int, now: float, loss: float | None, examples: int | None) -> None:
+        previous = self._max_batch
+        if batch <= previous:
+            if self._last_begin >= 0:
+                return  # async dispatch: a lower end arrived late; its steps are counted
+            # No begin indices: an in-order caller, and the index went back: a new epoch.
+            previous = -1
+            if self._segment_first is not None:
+                self._segment_first = 0
+        self._max_batch = batch
+        self._steps_total += batch - previous
+        if examples is not None:
+            self._examples_total = (self._examples_total or 0) + examples
+        if loss is not None:
+            self._loss = loss
+        first = self._segment_first
+        if first is None or batch < first or now < self._segment_reference:
+            return  # ends before the segment, or after a pause, or raced: not timed
+        steps = batch - max(previous, first - 1)
+        elapsed = now - self._segment_reference
+        self._segment_reference = now
+        self._bucket_counts[bisect_left(STEP_DURATION_BUCKETS, elapsed / steps)] += steps
+        self._duration_sum += elapsed
+        if self._seen_first_step:
+            self._measured_steps += steps
+            self._measured_seconds += elapsed
             if examples is not None:
-                self._examples_total = (self._examples_total or 0) + examples
-            if loss is not None:
-                self._loss = loss
-            first = self._segment_first
-            if first is None or batch < first or now < self._segment_reference:
-                return  # ends before the segment, or after a pause, or raced: not timed
-            steps = batch - max(previous, first - 1)
-            elapsed = now - self._segment_reference
-            self._segment_reference = now
-            self._bucket_counts[bisect_left(STEP_DURATION_BUCKETS, elapsed / steps)] += steps
-            self._duration_sum += elapsed
-            if self._seen_first_step:
-                self._measured_steps += steps
-                self._measured_seconds += elapsed
-                if examples is not None:
-                    self._measured_examples += examples
-            else:
-                self._seen_first_step = True
+                self._measured_examples += examples
+        else:
+            self._seen_first_step = True
+
+    def _count_pending(self) -> None:
+        """Count step_done's steps, in order (under the lock: the only place they are taken)."""
+        pending = self._pending
+        while pending:
+            now, examples = pending.popleft()
+            self._end(self._max_batch + 1, now, None, examples)
+            if self._segment_first is None:
+                self._begin(now, None)  # the steps after it are timed from its end
 
     def read(self) -> MeterReading:
         with self._lock:
+            self._count_pending()
             counts = list(self._bucket_counts)
             steps_total, epoch, loss = self._steps_total, self._epoch, self._loss
             duration_sum = self._duration_sum

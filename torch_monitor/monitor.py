@@ -10,7 +10,7 @@ import logging
 import operator
 import os
 import threading
-import time
+from time import perf_counter
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -32,11 +32,13 @@ class MirrorwatchMonitor:
 
     Call :meth:`step` after each optimizer step with the examples this process trained on in
     it; :meth:`close` at the end (or use the monitor as a context manager). ``step`` costs one
-    clock read and a few additions under a lock: no device synchronisation, no network. A loss
-    given as a tensor is kept as it is and read (``float()``) on the pusher thread, at most once
-    per push. A daemon thread PUTs the worker's cumulative state every ``interval`` seconds;
-    telemetry never raises into training: trouble is logged once on the ``mirrorwatch.torch``
-    logger and counted in ``telemetry_dropped_total``.
+    clock read and an append, with no lock: the pusher thread counts the steps (the same meter
+    as the Keras callback's); no device synchronisation, no network. A loss given as a tensor
+    is kept only for the step after each push asks for one, as it is, and read (``float()``)
+    on the pusher thread: a snapshot carries the loss of the first step after the push before
+    it, at most one interval old. A daemon thread PUTs the worker's cumulative state every
+    ``interval`` seconds; telemetry never raises into training: trouble is logged once on the
+    ``mirrorwatch.torch`` logger and counted in ``telemetry_dropped_total``.
 
     :meth:`attach` says what the model is: a ``DistributedDataParallel`` process reports its own
     device as its one replica and gets its all-reduces timed
@@ -91,13 +93,16 @@ class MirrorwatchMonitor:
         self.url, self.run, self.worker = config.url, config.run, config.worker
         self.interval, self.global_batch_size = config.interval, config.global_batch_size
         self._comm = CommMeter()
+        self._timing_comm = False  # a DDP model is attached: step() closes its all-reduces
         self._telemetry = Telemetry(config, devices, log, loss=self._read_loss, comm=None)
         self.session = self._telemetry.session
         self._meter = self._telemetry.meter
         self._world = distributed.world_size()
-        self._batch = -1
+        self._step_done = self._meter.step_done  # bound once: step() is on the training loop
+        # The loss slot (see step and _read_loss): step() fills it while _loss_wanted is set.
         self._loss: object = None
-        self._loss_read: tuple[object, float | None] = (None, None)
+        self._loss_wanted = True
+        self._loss_value: float | None = None
         self._closed = False
         self._close_lock = threading.Lock()
         self._describe(devices.Replicas(None, (devices.current_device(),), ""))
@@ -119,26 +124,30 @@ class MirrorwatchMonitor:
                 state = HookState(model.process_group, self._comm, self._telemetry.warn_once)
                 model.register_comm_hook(state, timed_allreduce)
                 self._telemetry.snapshots.attach_comm(self._comm)
+                self._timing_comm = True
         except Exception as error:
             self._telemetry.warn_once("attach", error)
         return model
 
     def step(self, examples: int, loss: object = None) -> None:
         """One optimizer step is done: ``examples`` trained on in it by this process, and its
-        ``loss`` (a float or a tensor, read later on the pusher thread) if given."""
-        now = time.perf_counter()
+        ``loss`` (a float or a tensor, read later on the pusher thread) if given.
+
+        The loss is kept only when the pusher thread has asked for one (once per push): a
+        snapshot's loss is that of the first step after the push before it, at most one
+        interval old. Between those steps no reference is held, so each step's tensor (and its
+        autograd graph) is freed where the loop drops it, as it would be without the monitor.
+        """
+        now = perf_counter()
         try:
-            self._batch += 1
-            count = examples if type(examples) is int else operator.index(examples)
-            self._meter.end_step(self._batch, now, None, count)
-            if self._batch == 0:
-                self._meter.begin_step(now)  # the steps after the first are timed from here
-            if loss is not None:
-                # Kept as it is (a detach would cost a new tensor each step). Replacing it frees
-                # the previous step's autograd graph here instead of where the loop itself
-                # drops its `loss`: moved, not added.
+            self._step_done(now, examples if type(examples) is int else operator.index(examples))
+            if self._loss_wanted and loss is not None:
+                # This order, with _read_loss's, hands the slot over without a lock: the pusher
+                # takes it only when it holds a loss, this thread only when it is asked for one.
+                self._loss_wanted = False
                 self._loss = loss
-            self._comm.end_step()
+            if self._timing_comm:
+                self._comm.end_step()
         except Exception as error:
             self._telemetry.warn_once("step", error)
 
@@ -181,15 +190,18 @@ class MirrorwatchMonitor:
     # -- the pusher thread ----------------------------------------------------------------
 
     def _read_loss(self) -> float | None:
-        """The last step's loss as a float; a tensor is read once, here, off the training
-        thread (``float()`` waits for the step that made it, on this thread only)."""
-        current = self._loss
-        seen, value = self._loss_read
-        if current is seen:
-            return value
-        value = _as_float(current)
-        self._loss_read = (current, value)
-        return value
+        """The loss of the first step since the last read, as a float, and a request for the
+        next one; the last value while no step has answered. A tensor is read here, once, off
+        the training thread (``float()`` waits for the step that made it, on this thread only).
+        """
+        kept = self._loss
+        if kept is not None:
+            self._loss = None  # the tensor (and its graph) goes now, on this thread
+            try:
+                self._loss_value = _as_float(kept)
+            finally:
+                self._loss_wanted = True  # last: step() fills the slot only once it is empty
+        return self._loss_value
 
     def _describe(self, replicas: devices.Replicas) -> None:
         in_sync = self._world * len(replicas.devices) if self._world > 1 else None

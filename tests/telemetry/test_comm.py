@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import pytest
@@ -83,3 +84,25 @@ def test_unresolved_steps_are_bounded() -> None:
         meter.end_step()
     stuck.ready = True
     assert meter.read().count == 3  # the oldest were dropped, the process did not grow
+
+
+def test_spans_added_on_another_thread_belong_to_the_step_they_finished_in() -> None:
+    meter = CommMeter()
+    for start in (0.0, 1.0):
+        hook = threading.Thread(target=meter.add, args=(WallSpan(start, start + 0.002),))
+        hook.start()
+        hook.join()  # DDP waits for every all-reduce before backward returns
+        meter.end_step()
+    reading = meter.read()
+    assert reading.count == 2
+    assert reading.sum_seconds == pytest.approx(0.004)
+
+
+def test_unread_spans_are_sorted_by_the_training_thread_beyond_the_bound() -> None:
+    meter = CommMeter(max_queued=8)
+    for step in range(50):
+        meter.add(WallSpan(float(step), step + 0.001))
+        meter.end_step()
+        meter.end_step()  # a step under no_sync: nothing to keep
+    assert len(meter._queue) < 8  # nobody read: the process did not grow
+    assert meter.read().count == 50

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -34,11 +35,11 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
-def train(monitor: MirrorwatchMonitor, model: torch.nn.Module, steps: int = STEPS) -> float:
-    """A plain loop of ``steps`` SGD steps on random data; the last step's loss."""
+def train(monitor: MirrorwatchMonitor, model: torch.nn.Module, steps: int = STEPS) -> list[float]:
+    """A plain loop of ``steps`` SGD steps on random data; each step's loss."""
     torch.manual_seed(0)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    last = 0.0
+    losses = []
     for _ in range(steps):
         x, y = torch.randn(BATCH, 4), torch.randn(BATCH, 1)
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -46,14 +47,14 @@ def train(monitor: MirrorwatchMonitor, model: torch.nn.Module, steps: int = STEP
         loss.backward()
         optimizer.step()
         monitor.step(BATCH, loss)
-        last = loss.item()
-    return last
+        losses.append(loss.item())
+    return losses
 
 
-def test_a_plain_loop_reports_exact_steps_examples_and_the_last_loss() -> None:
+def test_a_plain_loop_reports_exact_steps_examples_and_a_loss_of_the_loop() -> None:
     with recording_exporter() as exporter:
         with MirrorwatchMonitor(url=exporter.url, run="plain", interval=0.2) as monitor:
-            last = train(monitor, monitor.attach(torch.nn.Linear(4, 1)))
+            losses = train(monitor, monitor.attach(torch.nn.Linear(4, 1)))
         final = exporter.snapshots[-1]
     assert not exporter.invalid
     assert exporter.pushes[-1].path == "/api/v1/runs/plain/workers/0"
@@ -61,7 +62,7 @@ def test_a_plain_loop_reports_exact_steps_examples_and_the_last_loss() -> None:
     assert (final.steps_total, final.examples_total) == (STEPS, STEPS * BATCH)
     # The first step has no step before it to be timed from: the histogram holds the others.
     assert final.step_duration_seconds.count == STEPS - 1
-    assert final.loss == pytest.approx(last)
+    assert final.loss in [pytest.approx(loss) for loss in losses]
     assert (final.model, final.strategy, final.replicas) == ("Linear", None, 1)
     assert [r.device for r in final.replica_devices] == ["cpu"]
     assert final.allreduce_seconds is None  # no DDP: nothing is all-reduced
@@ -108,7 +109,26 @@ def test_a_loss_tensor_is_read_on_the_pusher_thread_at_most_once_per_push() -> N
     assert SpyLoss.readers, "the loss was never read"
     assert threading.get_ident() not in SpyLoss.readers  # never on the training thread
     assert len(SpyLoss.readers) <= len(exporter.pushes)
-    assert exporter.snapshots[-1].loss == 199.0
+    losses = [s.loss for s in exporter.snapshots if s.loss is not None]
+    assert losses == sorted(losses)  # each the first step's after the push before it
+    # The pushes during the last pause asked for a loss: the first step after it answered.
+    assert 151.0 <= losses[-1] <= 199.0
+
+
+def test_a_snapshot_carries_the_first_steps_loss_after_the_push_before_it() -> None:
+    with recording_exporter() as exporter:
+        monitor = MirrorwatchMonitor(url=exporter.url, run="loss-slot", interval=60.0)
+        deadline = time.monotonic() + 5.0
+        while not exporter.pushes and time.monotonic() < deadline:
+            time.sleep(0.01)  # the first push goes out at once and asks for a loss
+        monitor.step(BATCH, torch.tensor(1.0))
+        second = torch.tensor(2.0)
+        monitor.step(BATCH, second)
+        freed = weakref.ref(second)
+        del second
+        monitor.close()
+    assert freed() is None  # nobody asked for the second step's loss: step() did not keep it
+    assert exporter.snapshots[-1].loss == 1.0
 
 
 def test_dataparallel_on_cpu_is_one_replica_and_says_so_once(
