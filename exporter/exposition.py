@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from math import copysign as _copysign
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.samples import Sample
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -30,6 +32,7 @@ OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset
 _TEXT_TYPES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram"}
 _TRAILING_SUFFIXES = ("_created", "_gsum", "_gcount")
 _NON_FINITE = {"inf": "+Inf", "-inf": "-Inf", "nan": "NaN"}
+_NAN = float("nan")
 
 
 def escape_label_value(value: str) -> str:
@@ -91,6 +94,62 @@ class RenderedFamily(Metric):
     def __init__(self, name: str, documentation: str, typ: str, lines: Sequence[str]) -> None:
         super().__init__(name, documentation, typ)
         self.lines = lines
+
+
+class Series:
+    """One series' line, ``name{labels} value``, for a ``WrittenFamily``: the ``name{labels} ``
+    written once, and the last line kept, since a reading often repeats from scrape to scrape
+    (a clock, a limit, a temperature in whole degrees, an error count that stays 0).
+
+    Shared by concurrent scrapes: the last value and its line are replaced as one tuple.
+    """
+
+    __slots__ = ("_last", "labels", "prefix")
+
+    def __init__(self, name: str, labels: LabelSet) -> None:
+        self.labels = labels
+        self.prefix = line_prefix(name, labels.text)
+        self._last: tuple[float, str] = (_NAN, "")  # NaN equals nothing: never reused
+
+    def line(self, value: float) -> str:
+        last_value, text = self._last
+        # 0.0 and -0.0 are equal but written apart ("0.0", "-0.0"): their signs must match too.
+        if value == last_value and (value or _copysign(1.0, value) == _copysign(1.0, last_value)):
+            return text
+        text = f"{self.prefix}{go_float(value)}\n"
+        self._last = (value, text)
+        return text
+
+
+class WrittenFamily(RenderedFamily):
+    """A family whose lines are written as its samples are added, one ``Series`` each.
+
+    ``add`` writes the sample's line at once and keeps its labels and value; ``samples`` makes
+    prometheus_client's samples from those only when something reads them (/api/v1/gpus,
+    prometheus_client's own encoders), so a scrape through these renderers never builds a
+    ``Sample``. ``samples`` is a fresh list on each read: add samples with ``add`` only.
+    """
+
+    def __init__(self, name: str, documentation: str, typ: str, sample_name: str) -> None:
+        self.sample_name = sample_name
+        self._lines: list[str] = []
+        self._points: list[tuple[LabelSet, float]] = []
+        super().__init__(name, documentation, typ, self._lines)
+
+    def add(self, series: Series, value: float) -> None:
+        """One sample; ``series`` must be of this family's ``sample_name``."""
+        self._lines.append(series.line(value))
+        self._points.append((series.labels, value))
+
+    @property  # type: ignore[override]
+    def samples(self) -> list[Sample]:
+        name = self.sample_name
+        return [Sample(name, labels, value) for labels, value in self._points]
+
+    @samples.setter
+    def samples(self, samples: list[Sample]) -> None:
+        if samples:  # Metric.__init__ sets an empty list; nothing else may set any
+            raise TypeError("add a WrittenFamily's samples with add()")
 
 
 def line_prefix(name: str, label_text: str) -> str:
@@ -196,7 +255,7 @@ class TextRenderer(_LabelCache):
         kind = _TEXT_TYPES.get(kind, "untyped" if kind == "unknown" else kind)
         documentation = _escape_help(family.documentation)
         output.append(f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n")
-        if type(family) is RenderedFamily:
+        if isinstance(family, RenderedFamily):
             output.extend(family.lines)
             return "".join(output)
         trailing: dict[str, list[str]] = {}
@@ -258,7 +317,10 @@ class OpenMetricsRenderer(_LabelCache):
     _end = "# EOF\n"
 
     def _family(self, family: Metric) -> str:
-        if any(s.exemplar or s.native_histogram for s in family.samples):
+        # A RenderedFamily's lines have none (and a WrittenFamily would make its samples).
+        if not isinstance(family, RenderedFamily) and any(
+            s.exemplar or s.native_histogram for s in family.samples
+        ):
             return _reference_openmetrics(family)
         output: list[str] = []
         label_text = self._label_text
@@ -267,7 +329,7 @@ class OpenMetricsRenderer(_LabelCache):
         output.append(f"# HELP {name} {help_text}\n# TYPE {name} {family.type}\n")
         if family.unit:
             output.append(f"# UNIT {name} {family.unit}\n")
-        if type(family) is RenderedFamily:
+        if isinstance(family, RenderedFamily):
             output.extend(family.lines)
             return "".join(output)
         for sample in family.samples:

@@ -7,17 +7,24 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
-from prometheus_client.samples import Sample
 
 from mirrorwatch.exporter.backend import GpuDevice
-from mirrorwatch.exporter.exposition import LabelSet, label_set, mark_static
+from mirrorwatch.exporter.exposition import (
+    LabelSet,
+    Series,
+    WrittenFamily,
+    label_set,
+    mark_static,
+)
 
 GPU_LABELS = ("gpu", "uuid")
 # Distinct label sets kept between scrapes; past this (pid churn in the processes collector)
 # the cache starts afresh, so it stays bounded.
 LABEL_SET_CACHE_SIZE = 50_000
+# Distinct series kept between scrapes, each with its last line (about 330 bytes with its
+# share of a label set): an 8-GPU host has about 700, so this bounds pid churn to ~7 MB.
+SERIES_CACHE_SIZE = 20_000
 
 
 @dataclass(frozen=True)
@@ -65,43 +72,56 @@ class _LabelSets:
 _LABEL_SETS = _LabelSets(LABEL_SET_CACHE_SIZE)
 
 
+# Each GPU series, by (sample name, GPU index, UUID, extra label values), kept between scrapes
+# with its line prefix and last line (exposition.Series). The sample name fixes the label
+# names, so they need not be in the key.
+_SERIES: dict[tuple[object, ...], Series] = {}
+
+
+def _new_series(
+    name: str, gpu: GpuDevice, names: tuple[str, ...], values: tuple[str, ...]
+) -> Series:
+    if len(_SERIES) >= SERIES_CACHE_SIZE:
+        _SERIES.clear()
+    series = Series(name, _LABEL_SETS.get(gpu, names, values))
+    _SERIES[(name, gpu.index, gpu.uuid, values)] = series
+    return series
+
+
 class GpuGauge:
     """A gauge family labelled per GPU; ``None`` values are skipped, so they stay absent."""
 
+    _type = "gauge"
     _suffix = ""
 
     def __init__(self, name: str, documentation: str, extra_labels: Sequence[str] = ()) -> None:
-        self.family: Metric = self._family(name, documentation, [*GPU_LABELS, *extra_labels])
         self._sample_name = name + self._suffix
+        self.family = WrittenFamily(name, documentation, self._type, self._sample_name)
         self._extra_labels = tuple(extra_labels)
 
-    @staticmethod
-    def _family(name: str, documentation: str, labels: list[str]) -> Metric:
-        return GaugeMetricFamily(name, documentation, labels=labels)
-
     def add(self, gpu: GpuDevice, value: float | None, *extra: str) -> None:
-        # Samples are appended directly: add_metric's generic path costs a third of a scrape;
-        # label sets come rendered from the cache.
+        # Each sample's line is written here from its series, kept between scrapes
+        # (exposition.Series): no prometheus_client Sample per scrape.
         if value is not None:
-            labels = _LABEL_SETS.get(gpu, self._extra_labels, extra)
-            self.family.samples.append(Sample(self._sample_name, labels, value))
+            name = self._sample_name
+            series = _SERIES.get((name, gpu.index, gpu.uuid, extra)) or _new_series(
+                name, gpu, self._extra_labels, extra
+            )
+            self.family.add(series, value)
 
 
 class GpuCounter(GpuGauge):
     """A counter family labelled per GPU; ``name`` is given without ``_total``."""
 
+    _type = "counter"
     _suffix = "_total"
-
-    @staticmethod
-    def _family(name: str, documentation: str, labels: list[str]) -> Metric:
-        return CounterMetricFamily(name, documentation, labels=labels)
 
 
 def non_empty(*families: GpuGauge | Metric) -> Iterator[Metric]:
     """Yield the families that got at least one sample; an unsupported metric is not exposed."""
     for family in families:
         metric = family.family if isinstance(family, GpuGauge) else family
-        if metric.samples:
+        if metric.lines if isinstance(metric, WrittenFamily) else metric.samples:
             yield metric
 
 

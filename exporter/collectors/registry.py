@@ -27,6 +27,7 @@ from mirrorwatch.exporter.collectors.throttle import ThrottleCollector
 from mirrorwatch.exporter.collectors.topology import TopologyCollector
 from mirrorwatch.exporter.collectors.utilization import UtilizationCollector
 from mirrorwatch.exporter.collectors.xid import XidCollector
+from mirrorwatch.exporter.exposition import Series, WrittenFamily, label_set
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ COLLECTORS: Mapping[str, Callable[[], GpuCollector]] = {
     "mig": MigCollector,
 }
 COLLECTOR_NAMES: tuple[str, ...] = tuple(COLLECTORS)
+SUCCESS = "mirrorwatch_exporter_collector_success"
+DURATION = "mirrorwatch_exporter_collector_duration_seconds"
 
 
 def select_collectors(names: str) -> list[str]:
@@ -76,6 +79,12 @@ class ExporterInfo:
     top_processes: int = DEFAULT_TOP_PROCESSES  # --top-processes: per-process series per GPU
 
 
+def _collector_series(name: str) -> tuple[Series, Series]:
+    """The collector's success and duration series."""
+    labels = label_set({"collector": name})
+    return Series(SUCCESS, labels), Series(DURATION, labels)
+
+
 def _build(name: str, info: ExporterInfo) -> GpuCollector:
     if name == "processes":
         return ProcessesCollector(top=info.top_processes)
@@ -95,6 +104,7 @@ class GpuMetrics:
         self._backend = backend
         self._info = info
         self._collectors = [(name, _build(name, info)) for name in enabled]
+        self._series = {name: _collector_series(name) for name in enabled}
         self._failures_logged: set[tuple[str, str]] = set()
 
     def view(self) -> ScrapeView:
@@ -106,21 +116,18 @@ class GpuMetrics:
 
     def collect(self) -> Iterator[Metric]:
         view = self.view()
-        success = GaugeMetricFamily(
-            "mirrorwatch_exporter_collector_success",
-            "1 when the collector's last run succeeded.",
-            labels=["collector"],
+        success = WrittenFamily(
+            SUCCESS, "1 when the collector's last run succeeded.", "gauge", SUCCESS
         )
-        duration = GaugeMetricFamily(
-            "mirrorwatch_exporter_collector_duration_seconds",
-            "How long the collector's last run took, in seconds.",
-            labels=["collector"],
+        duration = WrittenFamily(
+            DURATION, "How long the collector's last run took, in seconds.", "gauge", DURATION
         )
         for name, collector in self._collectors:
             started = time.perf_counter()
             families, ok = self._run(name, collector, view)
-            duration.add_metric([name], time.perf_counter() - started)
-            success.add_metric([name], 1 if ok else 0)
+            success_series, duration_series = self._series[name]
+            duration.add(duration_series, time.perf_counter() - started)
+            success.add(success_series, 1 if ok else 0)
             yield from families
         yield from self._exporter_families(view)
         yield success
