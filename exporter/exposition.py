@@ -141,7 +141,7 @@ class WrittenFamily(RenderedFamily):
         self._lines.append(series.line(value))
         self._points.append((series.labels, value))
 
-    @property  # type: ignore[override]
+    @property
     def samples(self) -> list[Sample]:
         name = self.sample_name
         return [Sample(name, labels, value) for labels, value in self._points]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Iterator
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -26,7 +27,9 @@ from mirrorwatch.exporter.exposition import (
     LabelTemplate,
     OpenMetricsRenderer,
     RenderedFamily,
+    Series,
     TextRenderer,
+    WrittenFamily,
     escape_label_value,
     go_float,
     label_set,
@@ -199,3 +202,51 @@ def test_values_are_written_as_prometheus_client_writes_them() -> None:
     drawn += [float(draw.randrange(2**53)) for _ in range(3000)]
     for value in special + drawn:
         assert go_float(value) == floatToGoString(value), value  # type: ignore[no-untyped-call]
+
+
+def test_a_simulated_host_renders_identically_scrape_after_scrape() -> None:
+    # Series keep their last line between scrapes: across readings that change, repeat, vanish
+    # (GPU 1 is lost at 20 s) and go back in time, each scrape must still be what
+    # prometheus_client writes from that scrape's own samples, in both formats.
+    now = [0.0]
+    backend = SimulatedBackend(load_scenario("gpu-lost", gpus=4), clock=lambda: now[0])
+    metrics = GpuMetrics(backend, ExporterInfo("1", run_ttl_seconds=300))
+    text, om = TextRenderer(), OpenMetricsRenderer()
+    for now[0] in (5.0, 5.0, 5.25, 6.0, 19.5, 25.0, 25.0, 7.0, 300.0):
+        families = list(metrics.collect())
+        assert text.render(families) == reference(families), now[0]
+        assert om.render(families) == reference_openmetrics(families), now[0]
+
+
+def test_a_series_writes_each_value_as_prometheus_client_does_repeated_or_not() -> None:
+    # Equal values that are written apart (0.0 and -0.0), equal values of other types (1, True,
+    # 1.0), NaN (equal to nothing) and each value twice running, against add_metric's samples.
+    values = [0.0, -0.0, -0.0, 0, 0.0, 1, True, 1.0, 1.0, float("nan"), float("nan")]
+    values += [float("inf"), float("inf"), 12_345_678.9, 12_345_678.9, -0.0, 2.5]
+    series = Series("g", label_set({"gpu": "0", "uuid": 'GPU-"0"'}))
+    for value in values:
+        written = WrittenFamily("g", "h", "gauge", "g")
+        written.add(series, value)
+        expected = GaugeMetricFamily("g", "h", labels=["gpu", "uuid"])
+        expected.add_metric(["0", 'GPU-"0"'], value)
+        assert TextRenderer().render([written]) == reference([expected]), value
+        assert OpenMetricsRenderer().render([written]) == reference_openmetrics([expected]), value
+
+
+def test_a_written_counter_renders_as_prometheus_clients_counter() -> None:
+    series = Series("c_total", label_set({"gpu": "0"}))
+    written = WrittenFamily("c", "a counter", "counter", "c_total")
+    written.add(series, 81_234_567_890.0)
+    expected = CounterMetricFamily("c", "a counter", labels=["gpu"], created=None)
+    expected.add_metric(["0"], 81_234_567_890.0)
+    assert TextRenderer().render([written]) == reference([expected])
+    assert OpenMetricsRenderer().render([written]) == reference_openmetrics([expected])
+
+
+def test_a_written_familys_samples_are_made_from_what_was_added() -> None:
+    labels = label_set({"gpu": "0"})
+    written = WrittenFamily("g", "h", "gauge", "g")
+    written.add(Series("g", labels), 2.0)
+    assert written.samples == [Sample("g", labels, 2.0)]
+    with pytest.raises(TypeError):
+        written.samples = [Sample("g", labels, 3.0)]
