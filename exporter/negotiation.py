@@ -8,6 +8,7 @@ Both follow RFC 9110: §12.4.2 quality values (q=0 means "not acceptable"), §12
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from mirrorwatch.exporter.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE
 
@@ -100,6 +101,8 @@ def _specificity(accepted: _Range) -> tuple[int, int]:
     return (2, len(accepted.params))
 
 
+# A scraper sends the same Accept every time (12 us to parse Prometheus's): kept by its text.
+@lru_cache(maxsize=64)
 def choose_format(accept: str | None) -> Offer | None:
     """The offer the client prefers most, or None if it accepts none of them (406).
 
