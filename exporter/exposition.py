@@ -7,11 +7,12 @@ code and always valid legacy names (which every OpenMetrics escaping scheme but 
 as they are), so these renderers only escape label values and cache each distinct label set's
 text. On an 8-GPU host that is about a third of the scrape's CPU.
 
-Three shortcuts skip even that: a ``LabelSet`` (the collectors' label dicts) carries its own
-rendered text, a ``RenderedFamily`` carries its sample lines written already (a pushed
-training snapshot's, written once per push with a ``LabelTemplate``), and a family marked
-static (``mark_static``: identity, limits, topology) is rendered once per format and its text
-reused for as long as the same family object is yielded.
+Three shortcuts skip even that: a ``RenderedFamily`` carries its sample lines written already
+(a pushed training snapshot's, written once per push with a ``LabelTemplate``), a
+``WrittenFamily`` writes each line as its sample is added, from a ``Series`` that keeps its
+``name{labels} `` and last line between scrapes (the GPU families), and a family marked static
+(``mark_static``: identity, limits, topology) is rendered once per format and its text reused
+for as long as the same family object is yielded.
 """
 
 from __future__ import annotations
@@ -51,22 +52,6 @@ def _render_labels(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs) + "}"
 
 
-class LabelSet(dict[str, str]):
-    """A sample's labels with their exposition text (the same in both formats), made once.
-
-    Never mutate one after ``label_set`` built it: collectors share them between scrapes.
-    """
-
-    __slots__ = ("text",)
-    text: str
-
-
-def label_set(labels: dict[str, str]) -> LabelSet:
-    made = LabelSet(labels)
-    made.text = _render_labels(made)
-    return made
-
-
 class LabelTemplate:
     """The label text of samples that share their label names, in the order both formats write
     labels (sorted by name, as prometheus_client does); the names are sorted once, here.
@@ -97,26 +82,27 @@ class RenderedFamily(Metric):
 
 
 class Series:
-    """One series' line, ``name{labels} value``, for a ``WrittenFamily``: the ``name{labels} ``
-    written once, and the last line kept, since a reading often repeats from scrape to scrape
-    (a clock, a limit, a temperature in whole degrees, an error count that stays 0).
+    """One series' line, ``name{labels} value``, for a ``WrittenFamily``: its last line kept,
+    since a reading often repeats from scrape to scrape (a clock, a limit, a temperature in
+    whole degrees, an error count that stays 0), and a new value written after the same
+    ``name{labels} `` (the last line up to its last space: a value has none).
 
     Shared by concurrent scrapes: the last value and its line are replaced as one tuple.
     """
 
-    __slots__ = ("_last", "labels", "prefix")
+    __slots__ = ("_last", "labels")
 
-    def __init__(self, name: str, labels: LabelSet) -> None:
-        self.labels = labels
-        self.prefix = line_prefix(name, labels.text)
-        self._last: tuple[float, str] = (_NAN, "")  # NaN equals nothing: never reused
+    def __init__(self, name: str, labels: dict[str, str]) -> None:
+        self.labels = labels  # shared by the samples a WrittenFamily makes: never mutate it
+        # No line yet: the prefix alone, under NaN, which equals nothing, so it is never reused.
+        self._last: tuple[float, str] = (_NAN, line_prefix(name, _render_labels(labels)))
 
     def line(self, value: float) -> str:
         last_value, text = self._last
         # 0.0 and -0.0 are equal but written apart ("0.0", "-0.0"): their signs must match too.
         if value == last_value and (value or _copysign(1.0, value) == _copysign(1.0, last_value)):
             return text
-        text = f"{self.prefix}{go_float(value)}\n"
+        text = f"{text[: text.rindex(' ') + 1]}{go_float(value)}\n"
         self._last = (value, text)
         return text
 
@@ -133,7 +119,7 @@ class WrittenFamily(RenderedFamily):
     def __init__(self, name: str, documentation: str, typ: str, sample_name: str) -> None:
         self.sample_name = sample_name
         self._lines: list[str] = []
-        self._points: list[tuple[LabelSet, float]] = []
+        self._points: list[tuple[dict[str, str], float]] = []
         super().__init__(name, documentation, typ, self._lines)
 
     def add(self, series: Series, value: float) -> None:
@@ -213,8 +199,6 @@ class _LabelCache:
         self._static = _StaticTexts()
 
     def _label_text(self, labels: dict[str, str]) -> str:
-        if type(labels) is LabelSet:
-            return labels.text
         if not labels:
             return ""
         # A family adds its labels in one fixed order, so the unsorted items are a fine key.

@@ -11,10 +11,8 @@ from prometheus_client.metrics_core import Metric
 
 from mirrorwatch.exporter.backend import GpuDevice
 from mirrorwatch.exporter.exposition import (
-    LabelSet,
     Series,
     WrittenFamily,
-    label_set,
     mark_static,
 )
 
@@ -46,17 +44,19 @@ def gpu_labels(gpu: GpuDevice) -> dict[str, str]:
 
 
 class _LabelSets:
-    """Each GPU sample's label set, built and rendered once and shared by every scrape.
+    """Each GPU sample's label set, built once and shared by every scrape's samples.
 
     A process-wide cache like the renderers' own (routes/metrics.py): the label sets are
     values, never mutated once built, so sharing them between scrapes and threads is safe.
     """
 
     def __init__(self, size: int) -> None:
-        self._sets: dict[tuple[object, ...], LabelSet] = {}
+        self._sets: dict[tuple[object, ...], dict[str, str]] = {}
         self._size = size
 
-    def get(self, gpu: GpuDevice, names: tuple[str, ...], values: tuple[str, ...]) -> LabelSet:
+    def get(
+        self, gpu: GpuDevice, names: tuple[str, ...], values: tuple[str, ...]
+    ) -> dict[str, str]:
         key = (gpu.index, gpu.uuid, names, values)
         found = self._sets.get(key)
         if found is None:
@@ -65,7 +65,7 @@ class _LabelSets:
             labels = gpu_labels(gpu)
             if values:
                 labels.update(zip(names, values, strict=True))
-            found = self._sets[key] = label_set(labels)
+            found = self._sets[key] = labels
         return found
 
 

@@ -27,7 +27,7 @@ from mirrorwatch.exporter.collectors.throttle import ThrottleCollector
 from mirrorwatch.exporter.collectors.topology import TopologyCollector
 from mirrorwatch.exporter.collectors.utilization import UtilizationCollector
 from mirrorwatch.exporter.collectors.xid import XidCollector
-from mirrorwatch.exporter.exposition import Series, WrittenFamily, label_set
+from mirrorwatch.exporter.exposition import Series, WrittenFamily
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class ExporterInfo:
 
 def _collector_series(name: str) -> tuple[Series, Series]:
     """The collector's success and duration series."""
-    labels = label_set({"collector": name})
+    labels = {"collector": name}
     return Series(SUCCESS, labels), Series(DURATION, labels)
 
 

@@ -32,7 +32,6 @@ from mirrorwatch.exporter.exposition import (
     WrittenFamily,
     escape_label_value,
     go_float,
-    label_set,
     line_prefix,
     mark_static,
     sample_text,
@@ -129,13 +128,15 @@ def test_exemplars_go_through_prometheus_client_in_openmetrics() -> None:
     assert OpenMetricsRenderer().render(families) == reference_openmetrics(families)
 
 
-def test_label_sets_carry_the_text_both_formats_render() -> None:
-    labels = label_set({"uuid": 'GPU-"1"', "gpu": "0", "path": "a\\b\nc"})
-    assert labels.text == '{gpu="0",path="a\\\\b\\nc",uuid="GPU-\\"1\\""}'
+def test_a_series_writes_its_labels_sorted_and_escaped_as_both_formats_do() -> None:
+    labels = {"uuid": 'GPU-"1"', "gpu": "0", "path": "a\\b\nc"}
+    written = WrittenFamily("g", "h", "gauge", "g")
+    written.add(Series("g", labels), 1.0)
+    assert written.lines == ['g{gpu="0",path="a\\\\b\\nc",uuid="GPU-\\"1\\""} 1.0\n']
     gauge = GaugeMetricFamily("g", "h", labels=["gpu", "uuid", "path"])
     gauge.samples.append(Sample("g", labels, 1.0))
-    assert TextRenderer().render([gauge]) == reference([gauge])
-    assert OpenMetricsRenderer().render([gauge]) == reference_openmetrics([gauge])
+    assert TextRenderer().render([written]) == reference([gauge])
+    assert OpenMetricsRenderer().render([written]) == reference_openmetrics([gauge])
 
 
 def test_a_static_family_is_rendered_once_then_its_text_reused() -> None:
@@ -223,7 +224,7 @@ def test_a_series_writes_each_value_as_prometheus_client_does_repeated_or_not() 
     # 1.0), NaN (equal to nothing) and each value twice running, against add_metric's samples.
     values = [0.0, -0.0, -0.0, 0, 0.0, 1, True, 1.0, 1.0, float("nan"), float("nan")]
     values += [float("inf"), float("inf"), 12_345_678.9, 12_345_678.9, -0.0, 2.5]
-    series = Series("g", label_set({"gpu": "0", "uuid": 'GPU-"0"'}))
+    series = Series("g", {"gpu": "0", "uuid": 'GPU-"0"'})
     for value in values:
         written = WrittenFamily("g", "h", "gauge", "g")
         written.add(series, value)
@@ -234,7 +235,7 @@ def test_a_series_writes_each_value_as_prometheus_client_does_repeated_or_not() 
 
 
 def test_a_written_counter_renders_as_prometheus_clients_counter() -> None:
-    series = Series("c_total", label_set({"gpu": "0"}))
+    series = Series("c_total", {"gpu": "0"})
     written = WrittenFamily("c", "a counter", "counter", "c_total")
     written.add(series, 81_234_567_890.0)
     expected = CounterMetricFamily("c", "a counter", labels=["gpu"], created=None)
@@ -244,7 +245,7 @@ def test_a_written_counter_renders_as_prometheus_clients_counter() -> None:
 
 
 def test_a_written_familys_samples_are_made_from_what_was_added() -> None:
-    labels = label_set({"gpu": "0"})
+    labels = {"gpu": "0"}
     written = WrittenFamily("g", "h", "gauge", "g")
     written.add(Series("g", labels), 2.0)
     assert written.samples == [Sample("g", labels, 2.0)]
