@@ -41,18 +41,37 @@ class RunningExporter:
 
 
 @contextmanager
+def _sigint_as_in_a_terminal() -> Iterator[None]:
+    """SIGINT at its default in the child, as a shell's foreground command has it.
+
+    A shell without job control starts background commands with SIGINT ignored (POSIX), and a
+    child inherits that; Python then keeps ignoring it, so a Ctrl-C test would see the
+    exporter shrug off SIGINT. A handler set here is reset to the default across exec.
+    """
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
 def running_exporter(
     args: Sequence[str], env: dict[str, str] | None = None, wait_for: str = "/healthz"
 ) -> Iterator[RunningExporter]:
     """Start the exporter, wait until ``wait_for`` answers, stop it (always) afterwards."""
     port = free_port()
-    process = subprocess.Popen(
-        [EXPORTER, "--listen", f"127.0.0.1:{port}", *args],
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with _sigint_as_in_a_terminal():
+        process = subprocess.Popen(
+            [EXPORTER, "--listen", f"127.0.0.1:{port}", *args],
+            env={**os.environ, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     exporter = RunningExporter(f"http://127.0.0.1:{port}", process)
     try:
         deadline = time.monotonic() + 30
