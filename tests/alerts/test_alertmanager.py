@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +23,7 @@ from tests.alerts.tools import (
     load_yaml,
     run,
 )
+from tests.ports import free_port
 
 SECRETS_DIR = "/etc/alertmanager/secrets/"
 DEMO_RECEIVER = "127.0.0.1:9095"
@@ -218,13 +218,6 @@ def test_notification_template_shows_host_gpu_run_value_and_runbook(tmp_path: Pa
 
 
 # --- a live Alertmanager -----------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -21,29 +21,25 @@ from typing import Any
 import httpx
 import pytest
 
+from demo.processes import Process, Processes, StackError
 from demo.receiver import Alert, Notification, Receiver
 from demo.stack import (
     PROMETHEUS_CONFIG,
     REPO,
-    Address,
-    Process,
-    Processes,
-    StackError,
     alertmanager_config,
     alertmanager_process,
     exporter_process,
     find_binary,
-    format_duration,
-    free_port,
     load_yaml,
-    parse_duration,
     prometheus_config,
     prometheus_process,
     route_timers,
 )
 from mirrorwatch.alerts.build import render
 from mirrorwatch.alerts.thresholds import THRESHOLDS_FILE, Thresholds, load_thresholds
+from mirrorwatch.exporter.vocabulary import Address, format_duration, parse_prometheus_duration
 from tests.exporter.ingest_snapshots import steady_training
+from tests.ports import free_port
 
 FOR_DIVISOR = 30  # 5m -> 10s, 2m -> 4s, 15m -> 30s
 SCRAPE_INTERVAL = "1s"
@@ -131,8 +127,8 @@ def compose_timings() -> Timings:
     prometheus/alertmanager.yml (the routes of alerts/alertmanager.yml)."""
     glob = load_yaml(PROMETHEUS_CONFIG)["global"]
     return Timings(
-        scrape_interval=parse_duration(str(glob["scrape_interval"])),
-        evaluation_interval=parse_duration(str(glob["evaluation_interval"])),
+        scrape_interval=parse_prometheus_duration(str(glob["scrape_interval"])),
+        evaluation_interval=parse_prometheus_duration(str(glob["evaluation_interval"])),
         thresholds=load_thresholds(),
         alertmanager=load_yaml(REPO / "prometheus" / "alertmanager.yml"),
     )
@@ -140,8 +136,8 @@ def compose_timings() -> Timings:
 
 def drill_timings(rules: FastRules) -> Timings:
     return Timings(
-        scrape_interval=parse_duration(SCRAPE_INTERVAL),
-        evaluation_interval=parse_duration(EVALUATION_INTERVAL),
+        scrape_interval=parse_prometheus_duration(SCRAPE_INTERVAL),
+        evaluation_interval=parse_prometheus_duration(EVALUATION_INTERVAL),
         thresholds=rules.thresholds,
         alertmanager=alertmanager_config(group_wait=GROUP_WAIT, group_interval=GROUP_INTERVAL),
     )

@@ -17,21 +17,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from demo.processes import get_json
+from demo.processes import Process, Processes, StackError, get_json
 from demo.receiver import Receiver
 from demo.stack import (
-    Address,
-    Process,
-    Processes,
-    StackError,
     alertmanager_config,
     alertmanager_process,
     exporter_process,
-    free_port,
     project_script,
     prometheus_config,
     prometheus_process,
 )
+from mirrorwatch.exporter.vocabulary import Address
 from tests.e2e.drill import (
     GROUP_INTERVAL,
     GROUP_WAIT,
@@ -42,6 +38,7 @@ from tests.e2e.drill import (
     binary,
     fail,
 )
+from tests.ports import free_port
 
 RUN = "e2e-multi-worker"
 GLOBAL_BATCH = 16

@@ -21,8 +21,10 @@ import httpx
 import pytest
 import yaml
 
+from demo.processes import Processes, StackError
 from demo.receiver import Alert, Notification, Receiver
-from demo.stack import Address, Processes, StackError, alertmanager_config, alertmanager_process
+from demo.stack import alertmanager_config, alertmanager_process
+from mirrorwatch.exporter.vocabulary import Address
 from tests.dashboards.queries import expand, load_dashboards, targets
 from tests.e2e.drill import GROUP_INTERVAL, GROUP_WAIT, FastRules, build_fast_rules
 from tests.fleet.fleet import (
