@@ -289,13 +289,28 @@ class Drill:
             return [f"(cannot ask Prometheus: {error})"]
 
 
+def start_alertmanager(
+    processes: Processes, workdir: Path, listen: Address, receiver_url: str
+) -> None:
+    """alerts/alertmanager.yml on ``listen`` with the drills' short group timers, notifying
+    ``receiver_url``; returns once it is ready."""
+    config = alertmanager_config(
+        receiver_url=receiver_url, group_wait=GROUP_WAIT, group_interval=GROUP_INTERVAL
+    )
+    processes.start(
+        alertmanager_process(
+            binary("prometheus-alertmanager", "alertmanager"), workdir, listen, config
+        ),
+        f"{listen.url}/-/ready",
+    )
+
+
 @contextmanager
 def running_drill(
     scenario: str, rules: FastRules, workdir: Path, exporter_args: Sequence[str] = ()
 ) -> Iterator[Drill]:
     """The stack on free loopback ports; every process is stopped when the block ends."""
     prometheus_bin = binary("prometheus")
-    alertmanager_bin = binary("prometheus-alertmanager", "alertmanager")
     exporter_address = Address("127.0.0.1", free_port())
     prometheus = Address("127.0.0.1", free_port())
     alertmanager = Address("127.0.0.1", free_port())
@@ -305,19 +320,7 @@ def running_drill(
                 exporter_process(workdir, scenario, exporter_address, exporter_args),
                 f"{exporter_address.url}/readyz",
             )
-            processes.start(
-                alertmanager_process(
-                    alertmanager_bin,
-                    workdir,
-                    alertmanager,
-                    alertmanager_config(
-                        receiver_url=receiver.url,
-                        group_wait=GROUP_WAIT,
-                        group_interval=GROUP_INTERVAL,
-                    ),
-                ),
-                f"{alertmanager.url}/-/ready",
-            )
+            start_alertmanager(processes, workdir, alertmanager, receiver.url)
             config = prometheus_config(
                 exporter=exporter_address,
                 alertmanager=alertmanager,

@@ -20,8 +20,6 @@ from typing import Any
 from demo.processes import Process, Processes, StackError, get_json
 from demo.receiver import Receiver
 from demo.stack import (
-    alertmanager_config,
-    alertmanager_process,
     exporter_process,
     project_script,
     prometheus_config,
@@ -29,14 +27,13 @@ from demo.stack import (
 )
 from mirrorwatch.exporter.vocabulary import Address
 from tests.e2e.drill import (
-    GROUP_INTERVAL,
-    GROUP_WAIT,
     RESEND_DELAY,
     SCRAPE_INTERVAL,
     Drill,
     FastRules,
     binary,
     fail,
+    start_alertmanager,
 )
 from tests.ports import free_port
 
@@ -64,19 +61,7 @@ def two_host_drill(rules: FastRules, workdir: Path) -> Iterator[tuple[Drill, lis
                 )
                 for i, (scenario, host) in enumerate(zip(SCENARIOS, hosts, strict=True))
             ]
-            processes.start(
-                alertmanager_process(
-                    binary("prometheus-alertmanager", "alertmanager"),
-                    workdir,
-                    alertmanager,
-                    alertmanager_config(
-                        receiver_url=receiver.url,
-                        group_wait=GROUP_WAIT,
-                        group_interval=GROUP_INTERVAL,
-                    ),
-                ),
-                f"{alertmanager.url}/-/ready",
-            )
+            start_alertmanager(processes, workdir, alertmanager, receiver.url)
             config = prometheus_config(
                 exporter=hosts[0],
                 alertmanager=alertmanager,
