@@ -143,6 +143,7 @@ bench: install tools
 	  nvitop-exporter==1.7.2; }
 	$(PY) bench/peers_bench.py --nvitop $(NVITOP_VENV)/bin/nvitop-exporter \
 	  --out $(BENCH_OUT)/peers.json
+	$(PY) bench/rss_bench.py --out $(BENCH_OUT)/rss.json
 	$(PY) bench/nvml_calls.py --nvitop $(NVITOP_VENV)/bin/nvitop-exporter \
 	  --out $(BENCH_OUT)/nvml-calls.json
 	$(PY) bench/trainer_bench.py --out $(BENCH_OUT)/trainer.json

@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.machine import machine
 from mirrorwatch.exporter.routes.metrics import GZIP_LEVEL
+from tests.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 FAKE_NVML = HERE / "peers" / "fakenvml"
@@ -115,13 +115,6 @@ def status_kib(pid: int, key: str) -> int:
         if line.startswith(key + ":"):
             return int(line.split()[1])
     raise RuntimeError(f"no {key} in /proc/{pid}/status")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -38,7 +38,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.machine import machine
-from demo.stack import REPO, Address, Process, Processes, write_yaml
+from demo.processes import Process, Processes
+from demo.stack import REPO, write_yaml
+from mirrorwatch.exporter.vocabulary import Address
 from tests.dashboards.queries import expand, load_dashboards, panels
 from tests.fleet.fleet import (
     VMAGENT_CONFIG,

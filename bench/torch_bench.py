@@ -124,7 +124,7 @@ def ddp(url: str, steps: int, repetitions: int) -> dict[str, Any]:
     from torch.nn.parallel import DistributedDataParallel
 
     from mirrorwatch.torch import MirrorwatchMonitor
-    from tests.torch_monitor.ddp_fit import free_port
+    from tests.ports import free_port
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)

@@ -20,16 +20,9 @@ from typing import Any
 
 import yaml
 
-# The processes (demo/processes.py) and the vocabulary's addresses and durations are this
-# module's words too: tests/e2e takes them from here.
-from demo.processes import Process as Process
-from demo.processes import Processes as Processes
-from demo.processes import StackError as StackError
-from demo.processes import get_json
+from demo.processes import Process, StackError, get_json
 from mirrorwatch.alerts.thresholds import load_thresholds
-from mirrorwatch.exporter.vocabulary import Address as Address
-from mirrorwatch.exporter.vocabulary import format_duration as format_duration
-from mirrorwatch.exporter.vocabulary import parse_prometheus_duration
+from mirrorwatch.exporter.vocabulary import Address, format_duration, parse_prometheus_duration
 
 REPO = Path(__file__).resolve().parent.parent
 PROMETHEUS_CONFIG = REPO / "prometheus" / "prometheus.yml"
@@ -44,9 +37,6 @@ DEMO_RECEIVER_URL = "http://127.0.0.1:9095"
 # The scrape job that prometheus/prometheus.yml points at the exporter (the rules want it).
 EXPORTER_JOB = "mirrorwatch"
 
-# Prometheus's and Alertmanager's duration syntax, under the name tests/e2e knows it by.
-parse_duration = parse_prometheus_duration
-
 
 def port_is_free(address: Address) -> bool:
     """Whether a server could listen on ``address`` now (bound as servers bind, SO_REUSEADDR)."""
@@ -60,13 +50,6 @@ def port_is_free(address: Address) -> bool:
                 return False
             raise
     return True
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def find_binary(*names: str) -> str | None:

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, NoReturn
+from typing import Any
 
 from mirrorwatch.alerts.thresholds import ThresholdsError, load_thresholds
 from mirrorwatch.doctor import host as hosts
@@ -30,6 +30,7 @@ from mirrorwatch.doctor.speedup import Speedup, model_step
 from mirrorwatch.doctor.tf_checks import SIMULATED, skipped_tf_checks, tf_checks
 from mirrorwatch.doctor.tf_facts import read_tf_facts
 from mirrorwatch.exporter.backend import GpuBackend
+from mirrorwatch.exporter.plain_errors import Parser, UsageError, above, at_least, usage_line
 from mirrorwatch.exporter.simulate.scenario import ScenarioError
 from mirrorwatch.trainer.cli import MODELS
 
@@ -37,51 +38,22 @@ PROG = "mirrorwatch-doctor"
 _MODEL_STEPS = 5
 
 
-class UsageError(Exception):
-    """Bad usage: one line, exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
-    return value
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Will two GPUs give 2x? Checks before the run.")
+    p = Parser(prog=PROG, description="Will two GPUs give 2x? Checks before the run.")
     p.add_argument("--simulate", metavar="SCENARIO", help="read a simulated host, not NVML")
-    p.add_argument("--gpus", type=_positive_int, help="GPUs of the simulated host")
+    p.add_argument("--gpus", type=at_least(1), help="GPUs of the simulated host")
     p.add_argument("--probe", action="store_true", help="also run the checks under load (≤ 60 s)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--model", choices=MODELS, help="expected speed-up for this model")
-    size.add_argument("--gradient-bytes", type=_positive_int, help="or for this gradient size")
+    size.add_argument("--gradient-bytes", type=at_least(1), help="or for this gradient size")
     p.add_argument(
         "--step-seconds",
-        type=_positive_float,
+        type=above(0.0),
         help="one replica's step compute time, with --gradient-bytes",
     )
-    p.add_argument("--batch-size", type=_positive_int, default=64, help="per replica, --model")
+    p.add_argument("--batch-size", type=at_least(1), default=64, help="per replica, --model")
     p.add_argument(
-        "--matmul-seconds", type=_positive_float, help="matmul probe length (default 20 on GPUs)"
+        "--matmul-seconds", type=above(0.0), help="matmul probe length (default 20 on GPUs)"
     )
     p.add_argument(
         "--split-gpu", action="store_true", help="on a one-GPU host, probe it split in two"
@@ -209,11 +181,8 @@ def _run(argv: Sequence[str] | None) -> int:
         args = parser().parse_args(argv)
         _validated(args)
         outcome = diagnose(args)
-    except UsageError as error:
-        print(f"{PROG}: {error}", file=sys.stderr)
-        return 2
-    except (ScenarioError, ThresholdsError) as error:
-        print(f"{PROG}: {error}", file=sys.stderr)
+    except (UsageError, ScenarioError, ThresholdsError) as error:
+        print(usage_line(PROG, error), file=sys.stderr)
         return 2
     if args.json:
         print(as_json(outcome))

@@ -79,7 +79,7 @@ def create_app(settings: Settings, backend: GpuBackend, clock: Clock | None = No
     # Ingest first: routes are matched in order, and pushes are the most frequent request.
     for module in (ingest, metrics, health, gpus, landing):
         app.include_router(module.router)
-    ingest.publish_bearer_scheme(app)
+    ingest.publish_openapi_extras(app)
     install_error_handlers(app, rejections)
     app.add_middleware(
         IngestGuard,

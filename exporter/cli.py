@@ -15,7 +15,7 @@ import os
 import socket
 import sys
 import types
-from typing import Any, Literal, NoReturn, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin
 
 import uvicorn
 from pydantic import SecretStr, ValidationError
@@ -27,7 +27,14 @@ from mirrorwatch.exporter.collectors.registry import select_collectors
 from mirrorwatch.exporter.factory import build_backend
 from mirrorwatch.exporter.ingest.protocol import bounded_protocol
 from mirrorwatch.exporter.logs import configure_logging, logging_config
-from mirrorwatch.exporter.plain_errors import plain_message
+from mirrorwatch.exporter.plain_errors import (
+    Parser,
+    UsageError,
+    number,
+    plain_message,
+    usage_line,
+    whole_number,
+)
 from mirrorwatch.exporter.server import QuietServer
 from mirrorwatch.exporter.settings import (
     ENV_PREFIX,
@@ -41,15 +48,6 @@ from mirrorwatch.exporter.vocabulary import Address
 PROG = "mirrorwatch-exporter"
 log = logging.getLogger("mirrorwatch.exporter")
 _REFUSED = "refused_"  # where a secret given as a flag lands, to be refused
-
-
-class UsageError(Exception):
-    """A bad flag, variable or file: reported as one line, exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def _variable(name: str) -> str:
@@ -67,20 +65,6 @@ def _is_secret(field: FieldInfo) -> bool:
     return SecretStr in _kinds(field.annotation)
 
 
-def _whole_number(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
 def _argument(name: str, field: FieldInfo) -> dict[str, Any]:
     """add_argument's options for a settings field: type or choices, placeholder and help."""
     options: dict[str, Any] = {"dest": name}
@@ -88,9 +72,9 @@ def _argument(name: str, field: FieldInfo) -> dict[str, Any]:
     if get_origin(kind) is Literal:
         options["choices"] = list(get_args(kind))
     elif kind is int:
-        options["type"] = _whole_number  # said before pydantic sees it
+        options["type"] = whole_number  # said before pydantic sees it
     elif kind is float:
-        options["type"] = _number
+        options["type"] = number
     extra = field.json_schema_extra
     if isinstance(extra, dict) and "metavar" in extra:
         options["metavar"] = extra["metavar"]
@@ -107,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     A secret field's flag exists only to be refused (load_settings says why).
     """
-    parser = _Parser(
+    parser = Parser(
         prog=PROG,
         # No prefixes: `--ingest-token SECRET` must not pass as `--ingest-token-file`.
         allow_abbrev=False,
@@ -246,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = run(argv)
     except UsageError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
+        print(usage_line(PROG, error), file=sys.stderr)
         code = 2
     except KeyboardInterrupt:
         # uvicorn shuts down cleanly on Ctrl-C, then raises the signal again (server.py,

@@ -1,12 +1,20 @@
-"""A pydantic validation error as one plain sentence: what was expected and what was given.
+"""Plain one-line errors for mirrorwatch's commands: a bad flag, number or setting, named.
 
-pydantic's own wording ("Value error, ...", "Input should be a valid integer, unable to parse
-string as an integer") speaks of the library, not of the flag the user typed.
+Every command says a mistake the same way: one line, ``PROG: error: WHAT: SENTENCE``, exit code
+2. A number typed as a flag and a setting pydantic refused get the same sentence: pydantic's own
+wording ("Value error, ...", "Input should be a valid integer, unable to parse string as an
+integer") speaks of the library, not of the flag the user typed.
 """
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
+
 from pydantic_core import ErrorDetails
+
+_Number = TypeVar("_Number", int, float)
 
 # pydantic's error types (pydantic_core's ErrorType) and the sentence each becomes; ctx holds
 # the bound (ge, le, ...) and `given` the input as typed.
@@ -24,6 +32,22 @@ _SENTENCES = {
 }
 
 
+class UsageError(Exception):
+    """A bad flag, variable or file: one line that names it, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose mistakes raise UsageError, said as the command's own are."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def usage_line(prog: str, error: Exception) -> str:
+    """The one line a command prints on stderr before it exits 2: ``error`` names what."""
+    return f"{prog}: error: {error}"
+
+
 def plain_message(error: ErrorDetails) -> str:
     """The sentence for one of ``ValidationError.errors()``."""
     kind = error["type"]
@@ -34,3 +58,47 @@ def plain_message(error: ErrorDetails) -> str:
     if sentence is None:
         return error["msg"]
     return sentence.format(given=repr(error.get("input")), **{k: str(v) for k, v in ctx.items()})
+
+
+def whole_number(text: str) -> int:
+    """An argparse type: ``text`` as an int, or the sentence pydantic's int_parsing becomes."""
+    return _converted(int, "int_parsing", text)
+
+
+def number(text: str) -> float:
+    """An argparse type: ``text`` as a float, or the sentence of pydantic's float_parsing."""
+    return _converted(float, "float_parsing", text)
+
+
+def _converted(kind: Callable[[str], _Number], error_type: str, text: str) -> _Number:
+    try:
+        return kind(text)
+    except ValueError:
+        message = _SENTENCES[error_type].format(given=repr(text))
+        raise argparse.ArgumentTypeError(message) from None
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum`` (pydantic's ``ge``)."""
+
+    def whole_number_at_least(text: str) -> int:
+        value = whole_number(text)
+        if value < minimum:
+            message = _SENTENCES["greater_than_equal"].format(ge=minimum, given=repr(value))
+            raise argparse.ArgumentTypeError(message)
+        return value
+
+    return whole_number_at_least
+
+
+def above(bound: float) -> Callable[[str], float]:
+    """An argparse type: a number more than ``bound`` (pydantic's ``gt``); NaN is not."""
+
+    def number_above(text: str) -> float:
+        value = number(text)
+        if not value > bound:
+            message = _SENTENCES["greater_than"].format(gt=bound, given=repr(value))
+            raise argparse.ArgumentTypeError(message)
+        return value
+
+    return number_above

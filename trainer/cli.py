@@ -14,12 +14,14 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import urlsplit
 
+from mirrorwatch.exporter.plain_errors import Parser, UsageError, above, at_least, usage_line
 from mirrorwatch.exporter.vocabulary import RUN_RULE, Address, is_run_id
 from mirrorwatch.telemetry.pusher import DEFAULT_URL
 
+PROG = "mirrorwatch-train"
 MODELS = ("cnn", "resnet50", "transformer")  # see mirrorwatch.trainer.models
 DEVICES = ("auto", "gpu", "cpu")  # see mirrorwatch.trainer.training.mirrored_strategy
 
@@ -32,42 +34,6 @@ KERAS_19246 = (
     "--steps-per-execution must be 1 under MirroredStrategy: larger values fail in this Keras "
     "(https://github.com/keras-team/keras/issues/19246)"
 )
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line that names the flag, as every mirrorwatch command does; exit code 2.
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _index(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive seconds, got {text}")
-    return value
 
 
 def _exporter_url(text: str) -> str:
@@ -93,27 +59,27 @@ def _exporter_url(text: str) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="mirrorwatch-train",
+    p = Parser(
+        prog=PROG,
         description="Train a model under MirroredStrategy with mirrorwatch telemetry.",
     )
     p.add_argument("--model", choices=MODELS, default="cnn", help="what to train (default cnn)")
     p.add_argument(
         "--batch-size",
-        type=_positive,
+        type=at_least(1),
         default=64,
         metavar="N",
         help="global batch size, split evenly over the replicas (default 64)",
     )
     p.add_argument(
-        "--steps", type=_positive, default=100, metavar="N", help="steps per epoch (default 100)"
+        "--steps", type=at_least(1), default=100, metavar="N", help="steps per epoch (default 100)"
     )
     p.add_argument(
-        "--epochs", type=_positive, default=1, metavar="N", help="epochs to train (default 1)"
+        "--epochs", type=at_least(1), default=1, metavar="N", help="epochs to train (default 1)"
     )
     p.add_argument(
         "--cpu-replicas",
-        type=_positive,
+        type=at_least(1),
         default=2,
         help="logical CPU devices to mirror over when there is no GPU (default 2)",
     )
@@ -124,10 +90,10 @@ def parser() -> argparse.ArgumentParser:
         help="gpu: the GPUs or exit 2; cpu: --cpu-replicas CPUs; auto (default): GPUs if any",
     )
     p.add_argument(
-        "--steps-per-execution", type=_positive, default=1, help=f"(default 1) {KERAS_19246}"
+        "--steps-per-execution", type=at_least(1), default=1, help=f"(default 1) {KERAS_19246}"
     )
     p.add_argument("--mixed-precision", action="store_true", help="float16 (bfloat16 on CPU)")
-    p.add_argument("--image-size", type=_positive, help="image side (224 resnet50, else 32)")
+    p.add_argument("--image-size", type=at_least(1), help="image side (224 resnet50, else 32)")
     p.add_argument("--data", help="an image directory (a folder per class) or TFRecord file(s)")
     p.add_argument(
         "--seed",
@@ -137,7 +103,9 @@ def parser() -> argparse.ArgumentParser:
         help="seed of the synthetic data and shuffling (default 0)",
     )
     p.add_argument("--checkpoint-dir", help="back up here and resume from here after a crash")
-    p.add_argument("--checkpoint-every", type=_positive, default=1000, help="steps (default 1000)")
+    p.add_argument(
+        "--checkpoint-every", type=at_least(1), default=1000, help="steps (default 1000)"
+    )
     p.add_argument(
         "--scaling-benchmark",
         action="store_true",
@@ -145,7 +113,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--baseline-steps",
-        type=_index,
+        type=at_least(0),
         default=0,
         metavar="N",
         help="first train N steps on 1 replica, so that telemetry carries the speed-up and "
@@ -161,7 +129,7 @@ def parser() -> argparse.ArgumentParser:
         "--cluster", help="with --multi-worker: every worker's HOST:PORT, comma-separated"
     )
     p.add_argument(
-        "--task-index", type=_index, help="with --cluster: this worker's place in it, from 0"
+        "--task-index", type=at_least(0), help="with --cluster: this worker's place in it, from 0"
     )
     p.add_argument(
         "--url",
@@ -172,7 +140,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--token-file", help="file with the ingest token ($MIRRORWATCH_INGEST_TOKEN)")
     p.add_argument(
         "--interval",
-        type=_seconds,
+        type=above(0.0),
         default=5.0,
         metavar="S",
         help="seconds between telemetry pushes to the exporter (default 5)",
@@ -187,11 +155,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fail(message: str) -> NoReturn:
-    print(f"mirrorwatch-train: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 def _token(args: argparse.Namespace) -> str | None:
     if args.token_file is None:
         return os.environ.get("MIRRORWATCH_INGEST_TOKEN") or None
@@ -199,9 +162,9 @@ def _token(args: argparse.Namespace) -> str | None:
         with open(args.token_file, encoding="utf-8") as file:
             token = file.read().strip()
     except OSError as error:
-        _fail(f"--token-file: cannot read {args.token_file}: {error.strerror}")
+        raise UsageError(f"--token-file: cannot read {args.token_file}: {error.strerror}") from None
     if not token:
-        _fail(f"--token-file: {args.token_file} is empty")
+        raise UsageError(f"--token-file: {args.token_file} is empty")
     return token
 
 
@@ -211,13 +174,15 @@ def _cluster_tf_config(cluster: str, task_index: int | None) -> str:
     for address in workers:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            _fail(f"--cluster: {address!r} is not HOST:PORT")
+            raise UsageError(f"--cluster: {address!r} is not HOST:PORT")
     if len(set(workers)) < len(workers):
-        _fail("--cluster: a worker is listed twice")
+        raise UsageError("--cluster: a worker is listed twice")
     if task_index is None:
-        _fail("--task-index is required with --cluster")
+        raise UsageError("--task-index is required with --cluster")
     if task_index >= len(workers):
-        _fail(f"--task-index {task_index} is not one of the {len(workers)} workers of --cluster")
+        raise UsageError(
+            f"--task-index {task_index} is not one of the {len(workers)} workers of --cluster"
+        )
     return json.dumps(
         {"cluster": {"worker": workers}, "task": {"type": "worker", "index": task_index}}
     )
@@ -226,16 +191,22 @@ def _cluster_tf_config(cluster: str, task_index: int | None) -> str:
 def _check_tf_config(tf_config: str | None) -> None:
     """What MultiWorkerMirroredStrategy needs of ``TF_CONFIG``, said before TensorFlow starts."""
     if not tf_config:
-        _fail("--multi-worker needs TF_CONFIG in the environment, or --cluster and --task-index")
+        raise UsageError(
+            "--multi-worker needs TF_CONFIG in the environment, or --cluster and --task-index"
+        )
     try:
         config = json.loads(tf_config)
         cluster, task = config["cluster"], config["task"]
         members = cluster[task["type"]]
         index = int(task["index"])
     except (ValueError, TypeError, KeyError) as error:
-        _fail(f"--multi-worker: TF_CONFIG is not a cluster and task of it: {error!r}")
+        raise UsageError(
+            f"--multi-worker: TF_CONFIG is not a cluster and task of it: {error!r}"
+        ) from None
     if not isinstance(members, list) or not 0 <= index < len(members):
-        _fail(f"--multi-worker: TF_CONFIG's task {task['type']}:{index} is not in its cluster")
+        raise UsageError(
+            f"--multi-worker: TF_CONFIG's task {task['type']}:{index} is not in its cluster"
+        )
 
 
 def _use_tf_keras(args: argparse.Namespace) -> None:
@@ -244,22 +215,32 @@ def _use_tf_keras(args: argparse.Namespace) -> None:
 
     value = os.environ.get(keras_api.LEGACY_KERAS_ENV)
     if value is not None and not keras_api.uses_tf_keras():
-        _fail(f"--multi-worker: {KERAS_20585}; unset {keras_api.LEGACY_KERAS_ENV}={value}")
+        raise UsageError(
+            f"--multi-worker: {KERAS_20585}; unset {keras_api.LEGACY_KERAS_ENV}={value}"
+        )
     if not keras_api.tf_keras_installed():
-        _fail(f"--multi-worker: {KERAS_20585}, which is not installed: pip install "
+        raise UsageError(f"--multi-worker: {KERAS_20585}, which is not installed: pip install "
               "'mirrorwatch[trainer]'")  # fmt: skip
     os.environ[keras_api.LEGACY_KERAS_ENV] = "1"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _train(argv)
+    except UsageError as error:
+        print(usage_line(PROG, error), file=sys.stderr)
+        return 2
+
+
+def _train(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
     if args.steps_per_execution > 1:
-        _fail(KERAS_19246)
+        raise UsageError(KERAS_19246)
     for flag in MULTI_WORKER_ONLY:
         if getattr(args, flag[2:].replace("-", "_")) is not None and not args.multi_worker:
-            _fail(f"{flag} needs --multi-worker")
+            raise UsageError(f"{flag} needs --multi-worker")
     if args.task_index is not None and args.cluster is None:
-        _fail("--task-index needs --cluster (or TF_CONFIG alone)")
+        raise UsageError("--task-index needs --cluster (or TF_CONFIG alone)")
     if args.multi_worker:
         for flag, given in (
             ("--checkpoint-dir", args.checkpoint_dir),
@@ -267,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("--baseline-steps", args.baseline_steps),
         ):
             if given:
-                _fail(f"{flag} is not available with --multi-worker yet")
+                raise UsageError(f"{flag} is not available with --multi-worker yet")
         if args.cluster is not None:
             os.environ["TF_CONFIG"] = _cluster_tf_config(args.cluster, args.task_index)
         _check_tf_config(os.environ.get("TF_CONFIG"))
@@ -276,23 +257,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mirrorwatch.trainer import keras_api
 
         if keras_api.uses_tf_keras():
-            _fail(f"--checkpoint-dir resumes on Keras 3 only: unset {keras_api.LEGACY_KERAS_ENV}")
+            raise UsageError(
+                f"--checkpoint-dir resumes on Keras 3 only: unset {keras_api.LEGACY_KERAS_ENV}"
+            )
     if args.scaling_benchmark and args.steps < 3:
-        _fail("--steps must be at least 3 with --scaling-benchmark (the first step is tracing)")
+        raise UsageError(
+            "--steps must be at least 3 with --scaling-benchmark (the first step is tracing)"
+        )
     if 0 < args.baseline_steps < 3:
-        _fail("--baseline-steps must be 0 or at least 3 (the first step is tracing)")
+        raise UsageError("--baseline-steps must be 0 or at least 3 (the first step is tracing)")
     if args.baseline_steps and args.scaling_benchmark:
-        _fail("--baseline-steps: --scaling-benchmark measures its own baseline")
+        raise UsageError("--baseline-steps: --scaling-benchmark measures its own baseline")
     if args.url is None and os.environ.get("MIRRORWATCH_URL"):
         try:
             _exporter_url(os.environ["MIRRORWATCH_URL"])
         except argparse.ArgumentTypeError as error:
-            _fail(f"MIRRORWATCH_URL: {error}")
+            raise UsageError(f"MIRRORWATCH_URL: {error}") from None
     if args.data is not None and not os.path.exists(args.data):
-        _fail(f"--data: no such file or directory: {args.data}")
+        raise UsageError(f"--data: no such file or directory: {args.data}")
     token = _token(args)
     if args.run is not None and not is_run_id(args.run):
-        _fail(f"--run must be {RUN_RULE}, got {args.run!r}")
+        raise UsageError(f"--run must be {RUN_RULE}, got {args.run!r}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from mirrorwatch.trainer import training
 
@@ -302,10 +287,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             strategy, devices = training.mirrored_strategy(args.cpu_replicas, args.devices)
     except training.NoGpuError as error:
-        _fail(f"--devices gpu: {error}")
+        raise UsageError(f"--devices gpu: {error}") from None
     in_sync = int(strategy.num_replicas_in_sync)
     if args.batch_size % in_sync:
-        _fail(f"--batch-size {args.batch_size} must be a multiple of the {in_sync} replicas")
+        raise UsageError(
+            f"--batch-size {args.batch_size} must be a multiple of the {in_sync} replicas"
+        )
     if args.mixed_precision:
         training.use_mixed_precision(on_gpu="GPU" in devices[0])
     from mirrorwatch.trainer.callback import MirrorwatchCallback

@@ -84,9 +84,13 @@ class RejectionCounter:
         if self._log is not None:
             self._log.refused(reason, status, client, limit)
 
-    def refused(self, error: IngestError, client: str | None) -> None:
-        """Count ``error``, answered to ``client``."""
-        self.add(error.reason, error.status, client, error.limit)
+    def refused(self, error: IngestError, client: str | None, *, counted: bool = True) -> None:
+        """Count ``error``, answered to ``client``; only log it where ``counted`` is false (a
+        connection-level refusal of a request that is not for the ingest API)."""
+        if counted:
+            self.add(error.reason, error.status, client, error.limit)
+        elif self._log is not None:
+            self._log.refused(error.reason, error.status, client, error.limit)
 
     def counts(self) -> Mapping[Reason, int]:
         with self._lock:

@@ -12,9 +12,12 @@ bounds at the byte level, before the parser or the app sees anything:
 - the head complete within ``head_timeout`` seconds of the connection opening or of the
   request's first byte: otherwise ``408`` and close.
 
-Both answers are JSON like every other refusal, counted in
-``mirrorwatch_exporter_ingest_rejected_total`` and logged at a bounded rate; so are heads the
-parser cannot read (``400``, ``malformed_http``), where uvicorn would log each one.
+Both answers are JSON like every other refusal and logged at a bounded rate; so are heads the
+parser cannot read (``400``, ``malformed_http``), where uvicorn would log each one. Each is
+counted in ``mirrorwatch_exporter_ingest_rejected_total`` only when the request is known to be
+for the ingest API: its target, as far as it arrived, is under ``/api/v1/runs``. A scrape or
+any other request refused here, or a head refused before its path arrived, is no ingest
+refusal (docs/api.md, Limits).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from mirrorwatch.exporter.ingest.errors import IngestError, Reason, RejectionCounter
+from mirrorwatch.exporter.ingest.guard import is_ingest_path
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -42,6 +46,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._awaiting_head = True
         self._head_timer: asyncio.TimerHandle | None = None
+        self._target = b""  # the request target of the head being read, as far as it arrived
         super().connection_made(transport)
         self._arm_head_timer()
 
@@ -87,6 +92,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
 
+    def on_url(self, url: bytes) -> None:
+        self._target += url  # bounded: part of the head, at most max_head_bytes
+        super().on_url(url)
+
     def on_headers_complete(self) -> None:
         self._awaiting_head = False
         self._cancel_head_timer()
@@ -98,6 +107,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # (until then, uvicorn's keep-alive timeout applies).
         self._awaiting_head = True
         self._head_bytes = 0
+        self._target = b""
 
     def _arm_head_timer(self) -> None:
         self._cancel_head_timer()
@@ -126,9 +136,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         error = IngestError(status, reason, message, message.split(":", 1)[0])
         if self.rejections is not None:
-            self.rejections.refused(error, self.client[0] if self.client else None)
+            client = self.client[0] if self.client else None
+            self.rejections.refused(error, client, counted=self._for_ingest())
         self.transport.write(raw_response(status, error.body()))
         self.transport.close()
+
+    def _for_ingest(self) -> bool:
+        """Whether the refused request is known to be for the ingest API (origin-form target)."""
+        path = self._target.split(b"?", 1)[0]
+        return is_ingest_path(path.decode("latin-1"))
 
 
 def raw_response(status: int, body: dict[str, Any]) -> bytes:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,9 +23,12 @@ from tests.alerts.tools import (
     GENERATE_INHIBITIONS,
     TEMPLATE,
     binary,
+    firing_alert,
     load_yaml,
+    render_template,
     run,
 )
+from tests.ports import free_port
 
 SECRETS_DIR = "/etc/alertmanager/secrets/"
 DEMO_RECEIVER = "127.0.0.1:9095"
@@ -112,50 +114,18 @@ def test_alert_routes_to_its_receiver(labels: dict[str, str], receiver: str) -> 
     assert result.stdout.strip() == receiver
 
 
-def render_template(tmp_path: Path, alert: dict[str, Any], name: str) -> str:
-    """``name`` of alerts/mirrorwatch.tmpl for one firing alert, as amtool renders it."""
-    data = {
-        "receiver": "default",
-        "status": "firing",
-        "alerts": [alert],
-        "groupLabels": {"alertname": alert["labels"]["alertname"]},
-        "commonLabels": alert["labels"],
-        "commonAnnotations": {},
-        "externalURL": "http://127.0.0.1:9093",
-    }
-    data_file = tmp_path / "data.json"
-    data_file.write_text(json.dumps(data))
-    result = run(
-        [
-            binary("amtool"),
-            "template",
-            "render",
-            f"--template.glob={TEMPLATE}",
-            f"--template.data={data_file}",
-            f'--template.text={{{{ template "{name}" . }}}}',
-        ]
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
 def test_notification_template_names_the_host_behind_an_agent(tmp_path: Path) -> None:
     """Hosts behind agents share `instance` (localhost:9848): the `host` label names them."""
-    alert = {
-        "status": "firing",
-        "labels": {
+    alert = firing_alert(
+        {
             "alertname": "GpuMissing",
             "severity": "critical",
             "cluster": "lab",
             "host": "gpu-b",
             "instance": "localhost:9848",
         },
-        "annotations": {"summary": "gpu-b has fewer GPUs than expected", "value": "1 missing"},
-        "startsAt": "2024-01-01T00:00:00Z",
-        "endsAt": "0001-01-01T00:00:00Z",
-        "generatorURL": "",
-        "fingerprint": "0",
-    }
+        {"summary": "gpu-b has fewer GPUs than expected", "value": "1 missing"},
+    )
     assert render_template(tmp_path, alert, "mirrorwatch.title") == (
         "[FIRING:1] GpuMissing on gpu-b"
     )
@@ -164,9 +134,8 @@ def test_notification_template_names_the_host_behind_an_agent(tmp_path: Path) ->
 
 
 def test_notification_template_shows_host_gpu_run_value_and_runbook(tmp_path: Path) -> None:
-    alert = {
-        "status": "firing",
-        "labels": {
+    alert = firing_alert(
+        {
             "alertname": "GpuUtilizationImbalance",
             "severity": "warning",
             "instance": "h1:9848",
@@ -174,42 +143,16 @@ def test_notification_template_shows_host_gpu_run_value_and_runbook(tmp_path: Pa
             "uuid": "GPU-1",
             "run": "resnet",
         },
-        "annotations": {
+        {
             "summary": "GPU utilisation imbalance in run resnet",
             "description": "GPU 1 lags the most.",
             "value": "36%",
             "runbook_url": "https://example.org/runbook.md#gpuutilizationimbalance",
         },
-        "startsAt": "2024-01-01T00:00:00Z",
-        "endsAt": "0001-01-01T00:00:00Z",
-        "generatorURL": "",
-        "fingerprint": "0",
-    }
-    data = {
-        "receiver": "default",
-        "status": "firing",
-        "alerts": [alert],
-        "groupLabels": {"alertname": "GpuUtilizationImbalance"},
-        "commonLabels": alert["labels"],
-        "commonAnnotations": {},
-        "externalURL": "http://127.0.0.1:9093",
-    }
-    data_file = tmp_path / "data.json"
-    data_file.write_text(json.dumps(data))
+    )
 
     def render(name: str) -> str:
-        result = run(
-            [
-                binary("amtool"),
-                "template",
-                "render",
-                f"--template.glob={TEMPLATE}",
-                f"--template.data={data_file}",
-                f'--template.text={{{{ template "{name}" . }}}}',
-            ]
-        )
-        assert result.returncode == 0, result.stderr
-        return result.stdout
+        return render_template(tmp_path, alert, name)
 
     assert render("mirrorwatch.title") == (
         "[FIRING:1] GpuUtilizationImbalance on h1:9848 (run resnet)"
@@ -258,13 +201,6 @@ def test_generation_keeps_the_hand_written_rest_of_the_file(tmp_path: Path) -> N
 
 
 # --- a live Alertmanager -----------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

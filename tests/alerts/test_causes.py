@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,7 @@ import yaml
 
 from mirrorwatch.alerts.causes import KINDS, LIVE, RANK
 from mirrorwatch.report.evidence import Finding, ordered
-from tests.alerts.tools import ALERTS, RULES, TEMPLATE, binary, load_yaml, run
+from tests.alerts.tools import ALERTS, RULES, binary, firing_alert, load_yaml, render_template, run
 
 # The finding kinds of the project contract (CONTRACT.md, "Run report").
 CONTRACT_KINDS = {
@@ -140,38 +139,7 @@ def render(tmp_path: Path, annotations: dict[str, str], name: str) -> str:
         "uuid": "GPU-1",
         "run": "bert-2",
     }
-    alert = {
-        "status": "firing",
-        "labels": labels,
-        "annotations": annotations,
-        "startsAt": "2024-01-01T00:00:00Z",
-        "endsAt": "0001-01-01T00:00:00Z",
-        "generatorURL": "",
-        "fingerprint": "0",
-    }
-    data = {
-        "receiver": "default",
-        "status": "firing",
-        "alerts": [alert],
-        "groupLabels": {"alertname": "GpuUtilizationImbalance"},
-        "commonLabels": labels,
-        "commonAnnotations": {},
-        "externalURL": "http://127.0.0.1:9093",
-    }
-    data_file = tmp_path / "data.json"
-    data_file.write_text(json.dumps(data), encoding="utf-8")
-    result = run(
-        [
-            binary("amtool"),
-            "template",
-            "render",
-            f"--template.glob={TEMPLATE}",
-            f"--template.data={data_file}",
-            f'--template.text={{{{ template "{name}" . }}}}',
-        ]
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    return render_template(tmp_path, firing_alert(labels, annotations), name)
 
 
 def test_slack_and_email_show_the_lagging_gpus_cause_and_its_runbook(tmp_path: Path) -> None:

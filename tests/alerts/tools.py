@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -80,3 +81,43 @@ def alert_rules() -> list[dict[str, Any]]:
     """Every alerting rule of the generated rule file."""
     groups = load_yaml(RULES)["groups"]
     return [rule for group in groups for rule in group["rules"] if "alert" in rule]
+
+
+def firing_alert(labels: dict[str, str], annotations: dict[str, str]) -> dict[str, Any]:
+    """One firing alert as Alertmanager hands it to a notification template."""
+    return {
+        "status": "firing",
+        "labels": labels,
+        "annotations": annotations,
+        "startsAt": "2024-01-01T00:00:00Z",
+        "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "",
+        "fingerprint": "0",
+    }
+
+
+def render_template(tmp_path: Path, alert: dict[str, Any], name: str) -> str:
+    """``name`` of alerts/mirrorwatch.tmpl for one firing alert, as amtool renders it."""
+    data = {
+        "receiver": "default",
+        "status": "firing",
+        "alerts": [alert],
+        "groupLabels": {"alertname": alert["labels"]["alertname"]},
+        "commonLabels": alert["labels"],
+        "commonAnnotations": {},
+        "externalURL": "http://127.0.0.1:9093",
+    }
+    data_file = tmp_path / "data.json"
+    data_file.write_text(json.dumps(data), encoding="utf-8")
+    result = run(
+        [
+            binary("amtool"),
+            "template",
+            "render",
+            f"--template.glob={TEMPLATE}",
+            f"--template.data={data_file}",
+            f'--template.text={{{{ template "{name}" . }}}}',
+        ]
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout

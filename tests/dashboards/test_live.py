@@ -38,8 +38,9 @@ from tests.dashboards.queries import (
     load_dashboards,
     query_variables,
 )
-from tests.exporter.exporter_process import RunningExporter, free_port, running_exporter
+from tests.exporter.exporter_process import RunningExporter, running_exporter
 from tests.exporter.ingest_snapshots import steady_training
+from tests.ports import free_port
 
 SCENARIOS = ("healthy", "xid", "foreign-process", "mig")
 # $__rate_interval as Grafana computes it for a 1 s scrape interval is 4 s; a little more

@@ -21,29 +21,25 @@ from typing import Any
 import httpx
 import pytest
 
+from demo.processes import Process, Processes, StackError
 from demo.receiver import Alert, Notification, Receiver
 from demo.stack import (
     PROMETHEUS_CONFIG,
     REPO,
-    Address,
-    Process,
-    Processes,
-    StackError,
     alertmanager_config,
     alertmanager_process,
     exporter_process,
     find_binary,
-    format_duration,
-    free_port,
     load_yaml,
-    parse_duration,
     prometheus_config,
     prometheus_process,
     route_timers,
 )
 from mirrorwatch.alerts.build import render
 from mirrorwatch.alerts.thresholds import THRESHOLDS_FILE, Thresholds, load_thresholds
+from mirrorwatch.exporter.vocabulary import Address, format_duration, parse_prometheus_duration
 from tests.exporter.ingest_snapshots import steady_training
+from tests.ports import free_port
 
 FOR_DIVISOR = 30  # 5m -> 10s, 2m -> 4s, 15m -> 30s
 SCRAPE_INTERVAL = "1s"
@@ -131,8 +127,8 @@ def compose_timings() -> Timings:
     prometheus/alertmanager.yml (the routes of alerts/alertmanager.yml)."""
     glob = load_yaml(PROMETHEUS_CONFIG)["global"]
     return Timings(
-        scrape_interval=parse_duration(str(glob["scrape_interval"])),
-        evaluation_interval=parse_duration(str(glob["evaluation_interval"])),
+        scrape_interval=parse_prometheus_duration(str(glob["scrape_interval"])),
+        evaluation_interval=parse_prometheus_duration(str(glob["evaluation_interval"])),
         thresholds=load_thresholds(),
         alertmanager=load_yaml(REPO / "prometheus" / "alertmanager.yml"),
     )
@@ -140,8 +136,8 @@ def compose_timings() -> Timings:
 
 def drill_timings(rules: FastRules) -> Timings:
     return Timings(
-        scrape_interval=parse_duration(SCRAPE_INTERVAL),
-        evaluation_interval=parse_duration(EVALUATION_INTERVAL),
+        scrape_interval=parse_prometheus_duration(SCRAPE_INTERVAL),
+        evaluation_interval=parse_prometheus_duration(EVALUATION_INTERVAL),
         thresholds=rules.thresholds,
         alertmanager=alertmanager_config(group_wait=GROUP_WAIT, group_interval=GROUP_INTERVAL),
     )
@@ -293,13 +289,28 @@ class Drill:
             return [f"(cannot ask Prometheus: {error})"]
 
 
+def start_alertmanager(
+    processes: Processes, workdir: Path, listen: Address, receiver_url: str
+) -> None:
+    """alerts/alertmanager.yml on ``listen`` with the drills' short group timers, notifying
+    ``receiver_url``; returns once it is ready."""
+    config = alertmanager_config(
+        receiver_url=receiver_url, group_wait=GROUP_WAIT, group_interval=GROUP_INTERVAL
+    )
+    processes.start(
+        alertmanager_process(
+            binary("prometheus-alertmanager", "alertmanager"), workdir, listen, config
+        ),
+        f"{listen.url}/-/ready",
+    )
+
+
 @contextmanager
 def running_drill(
     scenario: str, rules: FastRules, workdir: Path, exporter_args: Sequence[str] = ()
 ) -> Iterator[Drill]:
     """The stack on free loopback ports; every process is stopped when the block ends."""
     prometheus_bin = binary("prometheus")
-    alertmanager_bin = binary("prometheus-alertmanager", "alertmanager")
     exporter_address = Address("127.0.0.1", free_port())
     prometheus = Address("127.0.0.1", free_port())
     alertmanager = Address("127.0.0.1", free_port())
@@ -309,19 +320,7 @@ def running_drill(
                 exporter_process(workdir, scenario, exporter_address, exporter_args),
                 f"{exporter_address.url}/readyz",
             )
-            processes.start(
-                alertmanager_process(
-                    alertmanager_bin,
-                    workdir,
-                    alertmanager,
-                    alertmanager_config(
-                        receiver_url=receiver.url,
-                        group_wait=GROUP_WAIT,
-                        group_interval=GROUP_INTERVAL,
-                    ),
-                ),
-                f"{alertmanager.url}/-/ready",
-            )
+            start_alertmanager(processes, workdir, alertmanager, receiver.url)
             config = prometheus_config(
                 exporter=exporter_address,
                 alertmanager=alertmanager,

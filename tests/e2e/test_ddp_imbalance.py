@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from demo.stack import Process
+from demo.processes import Process
 from mirrorwatch.alerts import queries as q
 from tests.e2e.drill import FastRules, running_drill
 

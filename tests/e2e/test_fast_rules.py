@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from demo.stack import RULES, load_yaml, parse_duration
+from demo.stack import RULES, load_yaml
+from mirrorwatch.exporter.vocabulary import parse_prometheus_duration
 from tests.e2e.drill import FOR_DIVISOR, FastRules
 
 
@@ -27,4 +28,7 @@ def test_fast_rules_divide_every_for_by_the_divisor(fast_rules: FastRules) -> No
         rules_by_position(fast_rules.rules), rules_by_position(RULES), strict=True
     ):
         if "alert" in theirs:
-            assert parse_duration(ours["for"]) == parse_duration(theirs["for"]) / FOR_DIVISOR
+            assert (
+                parse_prometheus_duration(ours["for"])
+                == parse_prometheus_duration(theirs["for"]) / FOR_DIVISOR
+            )

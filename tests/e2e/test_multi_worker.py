@@ -17,31 +17,25 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from demo.processes import get_json
+from demo.processes import Process, Processes, StackError, get_json
 from demo.receiver import Receiver
 from demo.stack import (
-    Address,
-    Process,
-    Processes,
-    StackError,
-    alertmanager_config,
-    alertmanager_process,
     exporter_process,
-    free_port,
     project_script,
     prometheus_config,
     prometheus_process,
 )
+from mirrorwatch.exporter.vocabulary import Address
 from tests.e2e.drill import (
-    GROUP_INTERVAL,
-    GROUP_WAIT,
     RESEND_DELAY,
     SCRAPE_INTERVAL,
     Drill,
     FastRules,
     binary,
     fail,
+    start_alertmanager,
 )
+from tests.ports import free_port
 
 RUN = "e2e-multi-worker"
 GLOBAL_BATCH = 16
@@ -67,19 +61,7 @@ def two_host_drill(rules: FastRules, workdir: Path) -> Iterator[tuple[Drill, lis
                 )
                 for i, (scenario, host) in enumerate(zip(SCENARIOS, hosts, strict=True))
             ]
-            processes.start(
-                alertmanager_process(
-                    binary("prometheus-alertmanager", "alertmanager"),
-                    workdir,
-                    alertmanager,
-                    alertmanager_config(
-                        receiver_url=receiver.url,
-                        group_wait=GROUP_WAIT,
-                        group_interval=GROUP_INTERVAL,
-                    ),
-                ),
-                f"{alertmanager.url}/-/ready",
-            )
+            start_alertmanager(processes, workdir, alertmanager, receiver.url)
             config = prometheus_config(
                 exporter=hosts[0],
                 alertmanager=alertmanager,

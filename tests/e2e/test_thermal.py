@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from demo.stack import parse_duration
 from mirrorwatch.alerts.queries import SHARE_STEP
+from mirrorwatch.exporter.vocabulary import parse_prometheus_duration
 from tests.e2e.drill import FastRules, Latency, measure, running_drill
 
 # GPU 1 passes its slowdown temperature ~23 s after the exporter starts; its share of the
@@ -47,7 +47,7 @@ def test_thermal_throttling_alert_names_the_hot_gpu(
         # docs/alert-latency.md: the model's range, plus the time the per-minute share takes to
         # reach the fraction when fully throttled (the sustained-heat rule's own wait).
         fraction = fast_rules.thresholds.GpuThermalThrottling.minute_fraction
-        latest = latency.model_test[1] + fraction * 60 + parse_duration(SHARE_STEP)
+        latest = latency.model_test[1] + fraction * 60 + parse_prometheus_duration(SHARE_STEP)
         assert latency.seconds <= latest, (
             f"GpuThermalThrottling took {latency.seconds:.1f} s, over the {latest:.0f} s documented"
         )

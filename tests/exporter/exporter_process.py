@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,14 +13,9 @@ from dataclasses import dataclass
 
 import httpx
 
+from tests.ports import free_port
+
 EXPORTER = os.path.join(os.path.dirname(sys.executable), "mirrorwatch-exporter")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -41,18 +35,37 @@ class RunningExporter:
 
 
 @contextmanager
+def _sigint_as_in_a_terminal() -> Iterator[None]:
+    """SIGINT at its default in the child, as a shell's foreground command has it.
+
+    A shell without job control starts background commands with SIGINT ignored (POSIX), and a
+    child inherits that; Python then keeps ignoring it, so a Ctrl-C test would see the
+    exporter shrug off SIGINT. A handler set here is reset to the default across exec.
+    """
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
 def running_exporter(
     args: Sequence[str], env: dict[str, str] | None = None, wait_for: str = "/healthz"
 ) -> Iterator[RunningExporter]:
     """Start the exporter, wait until ``wait_for`` answers, stop it (always) afterwards."""
     port = free_port()
-    process = subprocess.Popen(
-        [EXPORTER, "--listen", f"127.0.0.1:{port}", *args],
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with _sigint_as_in_a_terminal():
+        process = subprocess.Popen(
+            [EXPORTER, "--listen", f"127.0.0.1:{port}", *args],
+            env={**os.environ, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     exporter = RunningExporter(f"http://127.0.0.1:{port}", process)
     try:
         deadline = time.monotonic() + 30

@@ -269,6 +269,29 @@ def test_the_snapshot_schema_is_in_the_openapi_document(client: TestClient) -> N
     assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
 
 
+def test_every_refusal_in_the_openapi_document_is_the_error_body(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    route = document["paths"]["/api/v1/runs/{run}/workers/{worker}"]
+    refusals = [
+        response
+        for operation in (route["put"], route["delete"])
+        for code, response in operation["responses"].items()
+        if code.startswith("4") and code != "422"  # 422 is FastAPI's own validation error too
+    ]
+    assert len(refusals) == 13
+    for response in refusals:
+        schema = response["content"]["application/json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/ErrorBody"}, response
+    schemas = document["components"]["schemas"]
+    body = schemas["ErrorBody"]
+    assert body["required"] == ["error", "reason"]
+    assert "default" not in body["properties"]["field"]  # as FastAPI writes optional fields
+    assert body["properties"]["errors"]["anyOf"][0]["items"] == {
+        "$ref": "#/components/schemas/FieldProblem"
+    }
+    assert set(schemas["FieldProblem"]["properties"]) == {"field", "message"}
+
+
 def test_without_a_token_the_start_logs_loopback_only_once(
     backend: StaticBackend, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -2,7 +2,8 @@
 
 uvicorn's httptools parser buffers a header of any size and times nothing while a head is read;
 the exporter's protocol (ingest/protocol.py) answers 431 past the head limit and 408 past the
-head timeout, counts both, and logs them at a bounded rate.
+head timeout, logs them at a bounded rate, and counts them as ingest refusals only on the
+ingest path.
 """
 
 from __future__ import annotations
@@ -142,6 +143,57 @@ def test_200_slow_connections_are_all_closed_after_the_head_timeout(
     finally:
         for sock in sockets:
             sock.close()
+
+
+def test_a_head_timeout_counts_as_an_ingest_refusal_only_on_the_ingest_path(
+    exporter: RunningExporter,
+) -> None:
+    ingest = [
+        f"PUT {PATH} HTTP/1.1\r\nHost: x\r\n".encode(),
+        f"PUT {PATH}?retry=1 HTTP/1.1\r\n".encode(),
+        b"PUT /api/v1/runs/co",  # the target so far is under /api/v1/runs
+    ]
+    other = [
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n",  # a scrape is no ingest request
+        b"GET /api/v1/gpus HTTP/1.1\r\n",
+        b"PUT /api/v1/run",  # its path has not arrived yet
+        b"",
+    ]
+    before = rejected(exporter, "timeout")
+    # All at once: each waits out the same --header-timeout (1 s).
+    sockets = [socket.create_connection(address(exporter), timeout=10) for _ in ingest + other]
+    try:
+        for sock, head in zip(sockets, ingest + other, strict=True):
+            sock.sendall(head)
+        assert [sock.recv(65536).split(b" ", 2)[1] for sock in sockets] == [b"408"] * 7
+    finally:
+        for sock in sockets:
+            sock.close()
+    assert rejected(exporter, "timeout") - before == len(ingest)
+
+
+@pytest.mark.parametrize(("path", "counted"), [(PATH, 1), ("/metrics", 0), ("/", 0)])
+def test_a_head_too_large_counts_as_an_ingest_refusal_only_on_the_ingest_path(
+    exporter: RunningExporter, path: str, counted: int
+) -> None:
+    request = f"GET {path} HTTP/1.1\r\nHost: x\r\nX-Big: ".encode() + b"a" * 16384 + b"\r\n\r\n"
+    before = rejected(exporter, "headers_too_large")
+    assert status_and_body(exchange(exporter, request))[0] == 431
+    assert rejected(exporter, "headers_too_large") - before == counted
+
+
+def test_a_malformed_scrape_is_answered_but_not_counted_as_ingest(
+    exporter: RunningExporter,
+) -> None:
+    before = rejected(exporter, "malformed_http")
+    for path, counted in ((b"/metrics", 0), (PATH.encode(), 1)):
+        answer = exchange(exporter, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
+        assert status_and_body(answer) == (
+            400,
+            {"error": "request: not a valid HTTP/1.1 request", "reason": "malformed_http",
+             "field": "request"},
+        )  # fmt: skip
+        assert rejected(exporter, "malformed_http") - before == counted
 
 
 def test_http_11_without_host_is_400_naming_it(exporter: RunningExporter) -> None:

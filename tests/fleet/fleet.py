@@ -20,18 +20,10 @@ import httpx
 import pytest
 import yaml
 
-from demo.stack import (
-    REPO,
-    Address,
-    Process,
-    Processes,
-    StackError,
-    exporter_process,
-    find_binary,
-    free_port,
-    load_yaml,
-    write_yaml,
-)
+from demo.processes import Process, Processes, StackError
+from demo.stack import REPO, exporter_process, find_binary, load_yaml, write_yaml
+from mirrorwatch.exporter.vocabulary import Address
+from tests.ports import free_port
 
 DEPLOY = REPO / "deploy" / "fleet"
 VMAGENT_CONFIG = DEPLOY / "vmagent" / "scrape.yml"

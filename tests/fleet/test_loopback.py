@@ -21,13 +21,13 @@ import httpx
 import pytest
 import yaml
 
+from demo.processes import Processes, StackError
 from demo.receiver import Alert, Notification, Receiver
-from demo.stack import Address, Processes, StackError, alertmanager_config, alertmanager_process
+from mirrorwatch.exporter.vocabulary import Address
 from tests.dashboards.queries import expand, load_dashboards, targets
-from tests.e2e.drill import GROUP_INTERVAL, GROUP_WAIT, FastRules, build_fast_rules
+from tests.e2e.drill import FastRules, build_fast_rules, start_alertmanager
 from tests.fleet.fleet import (
     Host,
-    binary,
     central_prometheus_process,
     instant,
     labels,
@@ -96,7 +96,6 @@ class Fleet:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     workdir = tmp_path_factory.mktemp("fleet")
     rules = build_fast_rules(workdir)
-    alertmanager_bin = binary("prometheus-alertmanager")
     store, prometheus, vmalert, alertmanager = loopback(), loopback(), loopback(), loopback()
     write_urls = [f"{store.url}/api/v1/write", f"{prometheus.url}/api/v1/write"]
     with Receiver("127.0.0.1", 0) as receiver, Processes() as processes:
@@ -106,19 +105,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                 central_prometheus_process(workdir, rules.rules, prometheus, EVALUATION_INTERVAL),
                 f"{prometheus.url}/-/ready",
             )
-            processes.start(
-                alertmanager_process(
-                    alertmanager_bin,
-                    workdir,
-                    alertmanager,
-                    alertmanager_config(
-                        receiver_url=receiver.url,
-                        group_wait=GROUP_WAIT,
-                        group_interval=GROUP_INTERVAL,
-                    ),
-                ),
-                f"{alertmanager.url}/-/ready",
-            )
+            start_alertmanager(processes, workdir, alertmanager, receiver.url)
             for host in HOSTS:
                 exporter, _ = start_simulated_exporter(
                     processes, workdir, f"{host.name}-exporter", host.scenario

@@ -22,7 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
-from demo.stack import Address, Process, Processes, StackError, write_yaml
+from demo.processes import Process, Processes, StackError
+from demo.stack import write_yaml
+from mirrorwatch.exporter.vocabulary import Address
 from mirrorwatch.report.cli import main as report_main
 from tests.dashboards.queries import expand, load_dashboards, targets
 from tests.e2e.drill import build_fast_rules

@@ -17,19 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from demo.stack import (
-    RULES,
-    Address,
-    Process,
-    Processes,
-    StackError,
-    exporter_process,
-    find_binary,
-    free_port,
-    prometheus_process,
-)
+from demo.processes import Process, Processes, StackError
+from demo.stack import RULES, exporter_process, find_binary, prometheus_process
 from mirrorwatch.exporter.ingest.schema import Scaling
 from mirrorwatch.exporter.procfs import INIT_PID_NAMESPACE
+from mirrorwatch.exporter.vocabulary import Address
+from tests.ports import free_port
 from tests.report.training import SyncTraining, reading
 
 # A second GPU that gives 1.6x and not 1.9x: what the trainer reports against its baseline.

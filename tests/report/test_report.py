@@ -728,7 +728,7 @@ def one_line_exit_2(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_an_unreachable_prometheus_is_one_line(tmp_path: Path) -> None:
-    from demo.stack import free_port
+    from tests.ports import free_port
 
     line = one_line_exit_2(
         report(

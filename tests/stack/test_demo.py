@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 from demo.cli import expectation, expected_alerts
-from demo.stack import REPO, free_port, port_is_free
+from demo.stack import REPO, port_is_free
 from mirrorwatch.exporter.simulate.scenario import builtin_scenarios, load_scenario
 from mirrorwatch.exporter.vocabulary import Address
 from tests.e2e.drill import binary
+from tests.ports import free_port
 
 DEADLINE_SECONDS = 90
 

@@ -15,13 +15,13 @@ from demo.stack import (
     PROMETHEUS_CONFIG,
     REPO,
     RULES,
-    Address,
     alertmanager_config,
     load_yaml,
     prometheus_config,
     thresholds,
     write_yaml,
 )
+from mirrorwatch.exporter.vocabulary import Address
 from tests.stack.compose import host_path, resolved_config, tool
 
 COMPOSE_ALERTMANAGER = REPO / "prometheus" / "alertmanager.yml"

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from demo.receiver import Notification, Receiver, format_notification
-from demo.stack import REPO, free_port
+from demo.stack import REPO
+from tests.ports import free_port
 
 PAYLOAD = {
     "version": "4",

@@ -25,7 +25,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from demo.stack import REPO
-from tests.exporter.exporter_process import free_port
+from tests.ports import free_port
 from tests.stack import dockerfile, images
 from tests.stack import services as stack
 from tests.stack.compose import bind_mounts, host_path, resolved_config

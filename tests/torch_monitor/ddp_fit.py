@@ -15,18 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import time
 from pathlib import Path
 
+from tests.ports import free_port
+
 BATCH = 8
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def rank_main(rank: int, options: argparse.Namespace, port: int) -> None:

@@ -15,7 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mirrorwatch.trainer import MirrorwatchCallback
-from tests.exporter.exporter_process import EXPORTER, free_port, running_exporter
+from tests.exporter.exporter_process import EXPORTER, running_exporter
+from tests.ports import free_port
 from tests.trainer.training import EXAMPLES, fit, tiny_model
 
 pytestmark = pytest.mark.usefixtures("clean_env")

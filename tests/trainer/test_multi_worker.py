@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.exporter.exporter_process import free_port
+from tests.ports import free_port
 from tests.trainer.multi_worker_fit import BATCH, STEPS
 from tests.trainer.recorder import recording_exporter
 
