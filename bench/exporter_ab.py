@@ -28,12 +28,13 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.exporter_bench import process_cpu_seconds, rss_mib
 from bench.machine import machine
 from bench.peers_bench import MODES
-from tests.exporter.exporter_process import free_port
+from tests.ports import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
