@@ -106,7 +106,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/exporter.json"))
     parser.add_argument("--scrapes", type=int, default=500)
     args = parser.parse_args()
+    load_before = os.getloadavg()
     rows = [measure(gpus, args.scrapes) for gpus in (2, 8, 16)]
+    load_after = os.getloadavg()
     eight = rows[1]["modes"]
     verdict = {
         "p99_ms_8_gpus": all(
@@ -122,6 +124,8 @@ def main() -> None:
         "benchmark": "exporter /metrics over loopback HTTP, simulated 'healthy' host",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in load_after],
         "scrapes_per_size": args.scrapes,
         "modes": MODES,
         "targets": TARGETS,
@@ -140,6 +144,7 @@ def main() -> None:
                 f"{row['http_cpu_ms_per_readyz']:>7} "
                 f"{m['floor_cpu_ms_per_render']:>8} {m['floor_ratio']:>6} {row['rss_mib']:>8}"
             )
+    print(f"load average {load_before} -> {load_after}")
     print("targets met:", ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in verdict.items()))
     print(f"wrote {args.out}")
 
