@@ -7,7 +7,13 @@ from collections.abc import Iterator, Sequence
 from prometheus_client.metrics_core import Metric
 
 from mirrorwatch.exporter.backend import CLOCKS, GpuDevice
-from mirrorwatch.exporter.collectors.base import GpuGauge, ScrapeView, StaticFamilies, non_empty
+from mirrorwatch.exporter.collectors.base import (
+    GpuGauge,
+    ScrapeView,
+    StaticFamilies,
+    StaticGpuGauge,
+    non_empty,
+)
 
 _Maxima = tuple[GpuDevice, int, str, tuple[float | None, ...]]
 
@@ -30,7 +36,7 @@ class ClocksCollector:
 
 
 def _maximum(maxima: Sequence[_Maxima]) -> Metric:
-    maximum = GpuGauge(
+    maximum = StaticGpuGauge(
         "mirrorwatch_gpu_clock_max_hertz",
         "Maximum clock the GPU supports, in hertz.",
         ["clock"],

@@ -7,7 +7,13 @@ from collections.abc import Iterator, Sequence
 from prometheus_client.metrics_core import Metric
 
 from mirrorwatch.exporter.backend import GpuDevice
-from mirrorwatch.exporter.collectors.base import GpuGauge, ScrapeView, StaticFamilies, non_empty
+from mirrorwatch.exporter.collectors.base import (
+    GpuGauge,
+    ScrapeView,
+    StaticFamilies,
+    StaticGpuGauge,
+    non_empty,
+)
 
 
 class DeviceCollector:
@@ -27,7 +33,7 @@ class DeviceCollector:
 
 
 def _info(gpus: Sequence[GpuDevice]) -> Metric:
-    info = GpuGauge("mirrorwatch_gpu_info", "GPU identity; always 1.", ["name", "pci_bus_id"])
+    info = StaticGpuGauge("mirrorwatch_gpu_info", "GPU identity; always 1.", ["name", "pci_bus_id"])
     for gpu in gpus:
         info.add(gpu, 1, gpu.name, gpu.pci_bus_id)
     return info.family

@@ -12,6 +12,7 @@ from mirrorwatch.exporter.collectors.base import (
     GpuGauge,
     ScrapeView,
     StaticFamilies,
+    StaticGpuGauge,
     non_empty,
 )
 
@@ -56,11 +57,11 @@ class PcieCollector:
 
 
 def _maxima(maxima: Sequence[_Maxima]) -> list[Metric]:
-    generation_max = GpuGauge(
+    generation_max = StaticGpuGauge(
         "mirrorwatch_gpu_pcie_link_generation_max",
         "Highest PCIe generation the GPU and its slot support together.",
     )
-    width_max = GpuGauge(
+    width_max = StaticGpuGauge(
         "mirrorwatch_gpu_pcie_link_width_max",
         "Widest PCIe link the GPU and its slot support together, in lanes.",
     )

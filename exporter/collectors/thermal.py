@@ -7,7 +7,13 @@ from collections.abc import Iterator, Sequence
 from prometheus_client.metrics_core import Metric
 
 from mirrorwatch.exporter.backend import TEMPERATURE_THRESHOLDS, GpuDevice
-from mirrorwatch.exporter.collectors.base import GpuGauge, ScrapeView, StaticFamilies, non_empty
+from mirrorwatch.exporter.collectors.base import (
+    GpuGauge,
+    ScrapeView,
+    StaticFamilies,
+    StaticGpuGauge,
+    non_empty,
+)
 
 _Limits = tuple[GpuDevice, int, str, tuple[float | None, ...]]
 
@@ -43,7 +49,7 @@ class ThermalCollector:
 
 
 def _thresholds(limits: Sequence[_Limits]) -> Metric:
-    threshold = GpuGauge(
+    threshold = StaticGpuGauge(
         "mirrorwatch_gpu_temperature_threshold_celsius",
         "Temperature limits NVML reports: slowdown and shutdown of the core, "
         "the maximum operating temperatures of core and memory.",

@@ -13,7 +13,12 @@ from collections.abc import Iterator, Sequence
 from prometheus_client.metrics_core import Metric
 
 from mirrorwatch.exporter.backend import GpuDevice, PeerLink
-from mirrorwatch.exporter.collectors.base import GpuGauge, ScrapeView, StaticFamilies, non_empty
+from mirrorwatch.exporter.collectors.base import (
+    ScrapeView,
+    StaticFamilies,
+    StaticGpuGauge,
+    non_empty,
+)
 
 
 class TopologyCollector:
@@ -26,7 +31,7 @@ class TopologyCollector:
 
 
 def _links(topology: Sequence[tuple[GpuDevice, int, str, Sequence[PeerLink]]]) -> Metric:
-    link = GpuGauge(
+    link = StaticGpuGauge(
         "mirrorwatch_gpu_p2p_link_info",
         "The fastest path from this GPU to peer_gpu; always 1.",
         ["peer_gpu", "link"],
