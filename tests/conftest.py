@@ -24,6 +24,46 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return None
 
 
+# The modules that take longest (`pytest --durations`, 2 cores): under pytest-xdist
+# (`--dist loadfile --no-loadscope-reorder`, pyproject.toml) each module runs on one worker, in
+# this order first, so that no long module starts last and holds up the end of the run.
+SLOWEST_FIRST = (
+    "tests/stack/test_runtime.py",
+    "tests/report/test_report.py",
+    "tests/trainer/test_cli.py",
+    "tests/e2e/test_healthy.py",
+    "tests/fleet/test_loopback.py",
+    "tests/e2e/test_thermal.py",
+    "tests/trainer/test_callback.py",
+    "tests/fleet/test_shared_instance.py",
+    "tests/e2e/test_exporter_down.py",
+    "tests/trainer/test_gpu_smoke_rehearsal.py",
+    "tests/torch_monitor/test_ddp.py",
+    "tests/e2e/test_imbalance.py",
+    "tests/exporter/test_soak.py",
+    "tests/e2e/test_ddp_imbalance.py",
+    "tests/e2e/test_foreign_process.py",
+    "tests/stack/test_demo_report.py",
+    "tests/stack/test_fleet_compose.py",
+    "tests/doctor/test_live.py",
+    # Timing-sensitive under load: started once the heaviest CPU users above are under way.
+    "tests/e2e/test_multi_worker.py",
+    "tests/dashboards/test_live.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist only (every worker sorts alike): the slowest modules first, the rest
+    in their usual order. A run without workers keeps pytest's order."""
+    if not hasattr(config, "workerinput"):
+        return
+    stale = [path for path in SLOWEST_FIRST if not (config.rootpath / path).is_file()]
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py SLOWEST_FIRST names no module: {stale}")
+    rank = {path: index for index, path in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 class LatencySummary:
     """The drills' latencies, read off their teardown reports (the fixture records them then),
     printed once the session ends and written to MIRRORWATCH_ALERT_LATENCY_OUT when set."""
