@@ -143,6 +143,11 @@ def drill_timings(rules: FastRules) -> Timings:
     )
 
 
+# The name under which a drill's Latency travels on its test report (user_properties), from
+# the pytest-xdist worker that ran it to the summary (tests/conftest.py).
+LATENCY_PROPERTY = "alert_latency"
+
+
 @dataclass(frozen=True)
 class Latency:
     """One measured time to alert, with what the model predicts for the test and the stack."""
@@ -154,6 +159,19 @@ class Latency:
     seconds: float
     model_test: tuple[float, float]
     model_compose: tuple[float, float]
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any]) -> Latency:
+        """The Latency that dataclasses.asdict gave ``fields`` (tuples may come back lists)."""
+        return cls(
+            case=str(fields["case"]),
+            alert=str(fields["alert"]),
+            status=str(fields["status"]),
+            event=str(fields["event"]),
+            seconds=float(fields["seconds"]),
+            model_test=(float(fields["model_test"][0]), float(fields["model_test"][1])),
+            model_compose=(float(fields["model_compose"][0]), float(fields["model_compose"][1])),
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
