@@ -85,6 +85,11 @@ class CommMeter:
         self._closed: deque[list[Span]] = deque(maxlen=max_pending_steps)
         self._bucket_counts = [0] * (len(STEP_DURATION_BUCKETS) + 1)
         self._sum = 0.0
+        # The session's first step is not in the step-duration histogram (nothing before it
+        # to time it from), so it is not in this one either: the two sums cover the same steps
+        # and their ratio is the share of step time in communication. Its all-reduces are also
+        # the slowest (the process group's first collective, DDP rebuilding its buckets).
+        self._first_ended = False
 
     def add(self, span: Span) -> None:
         """One finished all-reduce of the current step (any thread)."""
@@ -107,6 +112,9 @@ class CommMeter:
             span = queue.popleft()
             if span is not None:
                 self._open.append(span)
+            elif not self._first_ended:
+                self._first_ended = True
+                self._open = []
             elif self._open:  # a step without an all-reduce (no_sync) is not in the histogram
                 self._closed.append(self._open)
                 self._open = []

@@ -23,6 +23,27 @@ class LateSpan:
         return (self.start, self.end) if self.ready else None
 
 
+def started() -> CommMeter:
+    """A meter past the session's first step (its all-reduces are never in the histogram)."""
+    meter = CommMeter()
+    meter.add(WallSpan(0.0, 0.25))
+    meter.end_step()
+    return meter
+
+
+def test_the_first_steps_all_reduces_are_not_in_the_histogram() -> None:
+    # As the step-duration histogram leaves the first step out (nothing to time it from): the
+    # two sums cover the same steps, so their ratio is the share of time in communication.
+    meter = CommMeter()
+    meter.add(WallSpan(0.0, 0.25))  # the group's first collective: slow
+    meter.end_step()
+    assert meter.read().count == 0
+    meter.add(WallSpan(1.0, 1.002))
+    meter.end_step()
+    reading = meter.read()
+    assert (reading.count, reading.sum_seconds) == (1, pytest.approx(0.002))
+
+
 def test_overlapping_buckets_count_once_and_gaps_not_at_all() -> None:
     assert union_seconds([(0.0, 0.4), (0.2, 0.5), (0.7, 1.0)]) == pytest.approx(0.8)
     assert union_seconds([(0.0, 1.0), (0.1, 0.2)]) == pytest.approx(1.0)
@@ -30,7 +51,7 @@ def test_overlapping_buckets_count_once_and_gaps_not_at_all() -> None:
 
 
 def test_each_step_adds_its_union_to_the_histogram() -> None:
-    meter = CommMeter()
+    meter = started()
     meter.add(WallSpan(10.0, 10.004))
     meter.add(WallSpan(10.002, 10.008))  # two buckets in flight together: 8 ms, not 10
     meter.end_step()
@@ -54,7 +75,7 @@ def test_a_step_without_an_all_reduce_is_not_in_the_histogram() -> None:
 
 
 def test_a_step_still_on_the_device_holds_back_the_steps_after_it() -> None:
-    meter = CommMeter()
+    meter = started()
     late = LateSpan(0.0, 0.002)
     meter.add(late)
     meter.end_step()
@@ -69,7 +90,7 @@ def test_a_step_still_on_the_device_holds_back_the_steps_after_it() -> None:
 
 
 def test_spans_of_the_open_step_wait_for_its_end() -> None:
-    meter = CommMeter()
+    meter = started()
     meter.add(WallSpan(0.0, 0.5))
     assert meter.read().count == 0
     meter.end_step()
@@ -87,7 +108,7 @@ def test_unresolved_steps_are_bounded() -> None:
 
 
 def test_spans_added_on_another_thread_belong_to_the_step_they_finished_in() -> None:
-    meter = CommMeter()
+    meter = started()
     for start in (0.0, 1.0):
         hook = threading.Thread(target=meter.add, args=(WallSpan(start, start + 0.002),))
         hook.start()
@@ -100,6 +121,7 @@ def test_spans_added_on_another_thread_belong_to_the_step_they_finished_in() -> 
 
 def test_unread_spans_are_sorted_by_the_training_thread_beyond_the_bound() -> None:
     meter = CommMeter(max_queued=8)
+    meter.end_step()  # the session's first step
     for step in range(50):
         meter.add(WallSpan(float(step), step + 0.001))
         meter.end_step()

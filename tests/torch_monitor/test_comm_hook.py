@@ -52,6 +52,7 @@ def test_an_event_span_the_device_has_not_reached_is_not_known_yet_and_never_rai
 
 def test_buckets_of_one_step_on_the_device_count_as_their_union() -> None:
     meter, origin = CommMeter(), FakeEvent(0.0)
+    meter.end_step()  # the session's first step: never in the histogram
     meter.add(span(origin, FakeEvent(1.000), FakeEvent(1.006)))
     meter.add(span(origin, FakeEvent(1.004), FakeEvent(1.010)))
     meter.end_step()
