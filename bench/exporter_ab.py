@@ -129,11 +129,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=300, help="scrapes per batch")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    with ref_tree(args.base) as base:
-        rows = [compare(base, gpus, args.rounds, args.batch) for gpus in args.gpus]
+    # Resolved once, first: a branch may move while the benchmark runs.
     base_commit = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", args.base], check=True, capture_output=True, text=True
     ).stdout.strip()
+    with ref_tree(base_commit) as base:
+        rows = [compare(base, gpus, args.rounds, args.batch) for gpus in args.gpus]
     result = {
         "benchmark": "exporter CPU per scrape, this tree against a git ref, alternating batches",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
