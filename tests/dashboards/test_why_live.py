@@ -52,6 +52,11 @@ events:
   - {type: temperature, gpu: 1, at: 0.5s, ramp: 2s, delta_celsius: 30}
 """
 DEADLINE_SECONDS = 60
+# How far back the panel is read: Grafana sends one `time` for all of a panel's queries, and a
+# rule group writes its rules' results one rule after another, so an instant inside a
+# half-written evaluation would see a new rank row without its evidence row. Three evaluation
+# intervals (1 s here) back, every evaluation at that instant is complete.
+READ_BEHIND_SECONDS = 3.0
 LABELS = ("instance", "gpu", "run", "cause", "evidence")
 
 
@@ -59,8 +64,10 @@ LABELS = ("instance", "gpu", "run", "cause", "evidence")
 class Stack:
     prometheus: str
 
-    def instant(self, expr: str) -> list[dict[str, Any]]:
-        response = httpx.get(f"{self.prometheus}/api/v1/query", params={"query": expr}, timeout=10)
+    def instant(self, expr: str, at: float) -> list[dict[str, Any]]:
+        response = httpx.get(
+            f"{self.prometheus}/api/v1/query", params={"query": expr, "time": at}, timeout=10
+        )
         body = response.json()
         assert response.status_code == 200, f"{expr}: {body}"
         assert body["status"] == "success", f"{expr}: {body}"
@@ -104,8 +111,9 @@ def rows(stack: Stack, dashboard: str, scenario: str) -> list[dict[str, Any]]:
     """The Why table as Grafana shows it: rank rows in the query's order, merged with their
     evidence rows."""
     rank, evidence = why_targets(dashboard)
-    ranks = stack.instant(expand(rank.expr, variables(scenario)))
-    evidences = stack.instant(expand(evidence.expr, variables(scenario)))
+    at = time.time() - READ_BEHIND_SECONDS
+    ranks = stack.instant(expand(rank.expr, variables(scenario)), at)
+    evidences = stack.instant(expand(evidence.expr, variables(scenario)), at)
     table = []
     for row in ranks:
         key = tuple(row["metric"].get(label, "") for label in LABELS)
