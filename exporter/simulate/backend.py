@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -29,6 +30,7 @@ from mirrorwatch.exporter.backend import (
     ProcessType,
     TemperatureThreshold,
 )
+from mirrorwatch.exporter.simulate.coupling import Run
 from mirrorwatch.exporter.simulate.models import Hardware, ProcessSpec
 from mirrorwatch.exporter.simulate.physics import (
     ENERGY,
@@ -102,8 +104,11 @@ class SimulatedGpu:
         now: Callable[[], float],
         epoch: Callable[[], float],
         processes: Sequence[ProcessSpec] | None = None,
+        sample: Callable[[int], Sample] | None = None,
     ) -> None:
         self._physics = physics
+        # Each second's sample: the GPU alone, or coupled to its run's other GPUs.
+        self._sample_of = physics.sample if sample is None else sample
         self._processes = (
             None if processes is None else tuple(p for p in processes if p.gpu == physics.index)
         )
@@ -165,7 +170,7 @@ class SimulatedGpu:
         """The sample of `second`, cached. Caller locks."""
         sample = self._samples.get(second)
         if sample is None:
-            sample = self._physics.sample(second)
+            sample = self._sample_of(second)
             if len(self._samples) >= 2:
                 del self._samples[min(self._samples)]
             self._samples[second] = sample
@@ -187,7 +192,7 @@ class SimulatedGpu:
         totals = self._totals
         for passed in range(self._integrated_to, second):
             cached = self._samples.get(passed)
-            rates = (cached or self._physics.sample(passed)).rates
+            rates = (cached or self._sample_of(passed)).rates
             for i, rate in enumerate(rates):
                 totals[i] += rate
         self._integrated_to = second
@@ -368,7 +373,8 @@ class SimulatedGpu:
         sample = self._sample()
         if sample is None:
             return None
-        busy = sample.utilization
+        # SM activity counts the SMs computing, not those of the all-reduce's wait kernel.
+        busy = sample.compute
         return GpmReading(
             sm_activity_ratio=busy * _SM_ACTIVITY_PER_UTILIZATION,
             sm_occupancy_ratio=busy * _SM_OCCUPANCY_PER_UTILIZATION,
@@ -427,16 +433,19 @@ class SimulatedBackend:
         self._started_at = time.monotonic()
         self._fixed_epoch = epoch
         self._epoch = time.time() - self._now() if epoch is None else epoch
+        physics = tuple(GpuPhysics(scenario, index) for index in range(scenario.gpus.count))
+        run = Run(scenario, physics)
         self._gpus = tuple(
             SimulatedGpu(
-                GpuPhysics(scenario, index),
+                gpu,
                 scenario.gpus,
                 scenario.seed,
                 self._now,
                 self._wall_epoch,
                 scenario.processes,
+                functools.partial(run.sample, gpu.index) if run.coupled else None,
             )
-            for index in range(scenario.gpus.count)
+            for gpu in physics
         )
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None

@@ -134,6 +134,10 @@ class Workload(StrictModel):
     pcie_transmit_bytes_per_second: ProfileSpec | None = None
     pcie_receive_bytes_per_second: ProfileSpec | None = None
     nvlink_bytes_per_second: ProfileSpec | None = None
+    # How fast the GPU computes a training step against its peers at the same clocks, for a
+    # reason the driver does not report (a slower board, clocks locked by another tool, a
+    # co-tenant on the same SMs without a process NVML lists): 1 is as fast as the others.
+    compute_speed: ProfileSpec | None = None
 
 
 WORKLOAD_QUANTITIES: tuple[str, ...] = tuple(Workload.model_fields)
@@ -332,6 +336,13 @@ class PowerCapEvent(_Event):
     watts: float = Field(gt=0)
 
 
+class CollectiveHangEvent(_Event):
+    """From `at` the GPU leaves the run's all-reduce: it stops, outside the collective, at 0%
+    busy, while every other GPU of the run waits inside it (busy at near-idle power)."""
+
+    type: Literal["collective_hang"]
+
+
 Event = Annotated[
     ThrottleEvent
     | TemperatureEvent
@@ -342,12 +353,22 @@ Event = Annotated[
     | NvlinkDownEvent
     | NvlinkErrorsEvent
     | EccEvent
-    | PowerCapEvent,
+    | PowerCapEvent
+    | CollectiveHangEvent,
     Field(discriminator="type"),
 ]
 EVENT_TYPES: tuple[str, ...] = tuple(
     get_args(member.model_fields["type"].annotation)[0] for member in get_args(get_args(Event)[0])
 )
+
+
+class Training(StrictModel):
+    """The synchronous run a scenario trains on its GPUs (exporter/simulate/coupling.py)."""
+
+    # The GPUs of the run, by index; left out: every GPU of the host.
+    gpus: list[int] | None = None
+    # The all-reduce's share of a step at full speed on the links it runs over.
+    allreduce_share: float = Field(default=0.06, ge=0.0, lt=0.5)
 
 
 # --- processes ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import functools
 import math
 import operator
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Final
 
@@ -28,6 +28,7 @@ from mirrorwatch.exporter.backend import (
     PcieLink,
 )
 from mirrorwatch.exporter.simulate.models import (
+    CollectiveHangEvent,
     EccEvent,
     GpuLostEvent,
     NvlinkDownEvent,
@@ -65,6 +66,10 @@ PCIE_TRANSMIT_BYTES_PER_SECOND: Final = 2.0e9
 PCIE_RECEIVE_BYTES_PER_SECOND: Final = 6.0e9
 PCIE_IDLE_BYTES_PER_SECOND: Final = 15.0e6
 NVLINK_BYTES_PER_SECOND: Final = 20.0e9
+# What a GPU waiting inside the all-reduce kernel draws above idle, as a share of what it draws
+# computing: NCCL's wait spins a few SMs (nccl#968: "GPU util is 100% but the power consumption
+# is pretty low (~70W)").
+WAIT_DRAW_SHARE: Final = 0.1
 
 BIT: Final = dict(CLOCKS_EVENT_REASONS)
 GPU_IDLE: Final = BIT["gpu_idle"]
@@ -129,6 +134,9 @@ class Sample:
     pcie: PcieLink
     nvlink_up: tuple[bool, ...]
     rates: tuple[float, ...]
+    # The share of the second the GPU computes (SM activity follows it); the utilisation
+    # beyond it, in a synchronous run, is waiting in the all-reduce.
+    compute: float = 0.0
 
 
 @functools.cache
@@ -216,6 +224,7 @@ class GpuPhysics:
         self._pcie_transmit = profile("pcie_transmit_bytes_per_second", 0.0, math.inf)
         self._pcie_receive = profile("pcie_receive_bytes_per_second", 0.0, math.inf)
         self._nvlink_rate = profile("nvlink_bytes_per_second", 0.0, math.inf)
+        self._compute_speed = profile("compute_speed", 0.01, 1.0)
         self._power_noise = noise("power_watts", 4.0)
         self._temperature_noise = noise("temperature_celsius", 0.3)
         self._memory_utilization_noise = Clamped(noise("memory_utilization", 0.01), -0.05, 0.05)
@@ -230,6 +239,8 @@ class GpuPhysics:
         self._xids = [e for e in events if isinstance(e, XidEvent)]
         self._eccs = [e for e in events if isinstance(e, EccEvent)]
         self._replays = [e for e in events if isinstance(e, PcieReplaysEvent)]
+        self._hangs = [e for e in events if isinstance(e, CollectiveHangEvent)]
+        self._processes = tuple(p for p in scenario.processes or () if p.gpu == index)
         self._nvlink_errors: dict[int, list[NvlinkErrorsEvent]] = {}
         for event in events:
             if isinstance(event, NvlinkErrorsEvent):
@@ -244,10 +255,64 @@ class GpuPhysics:
             return False
         return any(event.at <= t < event.end for event in self._losses)
 
-    def sample(self, second: int) -> Sample:
-        """Every gauge during `second`, and the counter rates over it."""
+    def hung(self, t: float) -> bool:
+        """Whether the GPU has left its run's all-reduce at `t` (a collective hang)."""
+        return any(event.at <= t < event.end for event in self._hangs)
+
+    def speed(self, sample: Sample, t: float) -> float:
+        """How fast the GPU computes a step during the second of `sample`, against itself
+        unslowed: its SM clock's share of the maximum, less what other processes take of its
+        SMs, times the scenario's own compute speed."""
+        clock = sample.graphics_clock_hertz / (self._graphics_max_mhz * 1e6)
+        speed = min(1.0, clock) * (1.0 - self.foreign_sm_share(t))
+        if self._compute_speed is not None:
+            speed *= self._compute_speed.value(t)
+        return max(speed, 0.01)
+
+    def foreign_sm_share(self, t: float) -> float:
+        """The share of the GPU's SMs that processes of the scenario (never the run's) take."""
+        taken = sum(p.sm_utilization or 0.0 for p in self._processes if p.present(t))
+        return min(taken, 0.95)
+
+    def coupled(self, sample: Sample, second: int, utilization: float, compute: float) -> Sample:
+        """`sample` as the GPU reads it in a synchronous run: kernels resident for
+        `utilization` of the second (computing for `compute` of it, the all-reduce's transfer
+        included; the rest waiting in the all-reduce), drawing power and memory bandwidth for
+        its compute and close to idle while it waits."""
         t = float(second)
-        utilization = self._utilization.value(t)
+        power_watts = sample.power_watts
+        if self._power is None:
+            busy_watts = BUSY_POWER_SHARE * self._limit_watts - self._idle_watts
+            drawn = compute + WAIT_DRAW_SHARE * max(0.0, utilization - compute)
+            demand_watts = max(
+                0.0, self._idle_watts + busy_watts * drawn + self._power_noise.value(t)
+            )
+            clock = sample.graphics_clock_hertz / (self._graphics_max_mhz * 1e6)
+            power_watts = min(
+                demand_watts * (0.6 + 0.4 * min(1.0, clock)), sample.power_limit_watts
+            )
+        memory_utilization = sample.memory_utilization
+        if self._memory_utilization is None:
+            jitter = (
+                self._memory_utilization_noise.value(t)
+                if compute >= IDLE_BELOW_UTILIZATION
+                else 0.0
+            )
+            memory_utilization = min(1.0, max(0.0, 0.55 * compute + jitter))
+        rates = self._rates(t, sample.lost, compute, power_watts, 0, sample.nvlink_up)
+        return replace(
+            sample,
+            utilization=utilization,
+            memory_utilization=memory_utilization,
+            power_watts=power_watts,
+            rates=(rates[ENERGY], *sample.rates[THROTTLE:PCIE_TRANSMIT], *rates[PCIE_TRANSMIT:]),
+            compute=compute,
+        )
+
+    def sample(self, second: int) -> Sample:
+        """Every gauge during `second`, and the counter rates over it, as if it were alone."""
+        t = float(second)
+        utilization = 0.0 if self._hangs and self.hung(t) else self._utilization.value(t)
         busy = utilization >= IDLE_BELOW_UTILIZATION
 
         if self._power is not None:
@@ -341,6 +406,7 @@ class GpuPhysics:
             pcie=PcieLink(generation, self._pcie_generation, width, self._pcie_width),
             nvlink_up=nvlink_up,
             rates=self._rates(t, lost, utilization, power_watts, reasons, nvlink_up),
+            compute=utilization,
         )
 
     def _rates(

@@ -25,6 +25,7 @@ from mirrorwatch.exporter.simulate.models import (
     PcieDowngradeEvent,
     ProcessSpec,
     StrictModel,
+    Training,
     Workload,
 )
 
@@ -59,6 +60,8 @@ class Scenario(StrictModel):
     workload: Workload = Workload()
     overrides: list[Override] = Field(default_factory=list)
     events: list[Event] = Field(default_factory=list)
+    # The synchronous run the GPUs train, coupling them each second; null: independent GPUs.
+    training: Training | None = Training()
     # Processes on the GPUs; None (left out): the GPUs list no processes, as where NVML
     # cannot; [] lists none but counts 0.
     processes: list[ProcessSpec] | None = None
@@ -87,6 +90,10 @@ class Scenario(StrictModel):
         for i, process in enumerate(self.processes or []):
             if process.gpu >= count:
                 return f"processes[{i}].gpu", _missing_gpu(process.gpu, count)
+        members = self.training.gpus if self.training is not None else None
+        for i, gpu in enumerate(members or []):
+            if gpu >= count:
+                return f"training.gpus[{i}]", _missing_gpu(gpu, count)
         for i, event in enumerate(self.events):
             if event.gpu >= count:
                 return f"events[{i}].gpu", _missing_gpu(event.gpu, count)

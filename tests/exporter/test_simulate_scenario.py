@@ -198,7 +198,7 @@ def test_anything_else_is_not_a_duration(written: object) -> None:
         pytest.param(
             "description: d\ncolour: red\n",
             "colour: unknown field; expected one of description, seed, driver_version, "
-            "cuda_version, gpus, workload, overrides, events, processes, expected_alerts",
+            "cuda_version, gpus, workload, overrides, events, training, processes, expected_alerts",
             id="unknown-field",
         ),
         pytest.param(
@@ -238,13 +238,14 @@ def test_anything_else_is_not_a_duration(written: object) -> None:
             "description: d\nevents:\n  - {type: boom, gpu: 0, at: 1s}\n",
             "events[0].type: must be one of throttle, temperature, xid, gpu_lost, "
             "pcie_downgrade, pcie_replays, nvlink_down, nvlink_errors, ecc, power_cap, "
-            "got 'boom'",
+            "collective_hang, got 'boom'",
             id="unknown-event-type",
         ),
         pytest.param(
             "description: d\nevents:\n  - {gpu: 0, at: 1s}\n",
             "events[0].type: is required: one of throttle, temperature, xid, gpu_lost, "
-            "pcie_downgrade, pcie_replays, nvlink_down, nvlink_errors, ecc, power_cap",
+            "pcie_downgrade, pcie_replays, nvlink_down, nvlink_errors, ecc, power_cap, "
+            "collective_hang",
             id="event-without-type",
         ),
         pytest.param(
