@@ -23,6 +23,7 @@ from mirrorwatch.alerts.rules import (
     Alert,
     Record,
     causes,
+    costs,
     exporter,
     links_errors,
     processes,
@@ -116,7 +117,10 @@ def build(t: Thresholds) -> dict[str, object]:
     groups: list[dict[str, object]] = [
         {
             "name": "mirrorwatch.recording",
-            "rules": [recording_rule(r, t) for r in (*recording.rules(t), *causes.rules(t))],
+            "rules": [
+                recording_rule(r, t)
+                for r in (*recording.rules(t), *causes.rules(t), *costs.rules(t))
+            ],
         }
     ]
     for name, modules in ALERT_GROUPS.items():

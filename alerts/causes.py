@@ -51,6 +51,13 @@ class Cause:
         """The runbook section, as the report links it (relative to the repository)."""
         return f"{RUNBOOK}#{self.anchor}"
 
+    def held(self, sel: q.Select) -> str:
+        """Each GPU held back for this cause at each moment (a cause with clock reasons): the
+        one condition the live cause and cost rules and the run report read."""
+        if self.violation is None:
+            return f"max by ({q.GPU_KEY}) ({q.clock_events(sel, self.clock_reasons)})"
+        return q.throttled_now(sel, self.violation, self.clock_reasons)
+
     @property
     def live(self) -> bool:
         """Whether a recording rule says, now, per GPU, that this cause holds."""
@@ -98,6 +105,9 @@ CAUSES: tuple[Cause, ...] = (
         "GpuSharedWithForeignProcess",
         evidence="processes that are not the run's",
     ),
+    # One worker (or GPU) the others wait for in the all-reduce, with no hardware cause:
+    # measured where the workers time their all-reduces, else from the waiting peers' power.
+    Cause("straggler", "Straggler", "TrainingHeldBack", held_back="computes slower than its peers"),
     Cause("imbalance", "Utilisation imbalance", "GpuUtilizationImbalance"),
     Cause(
         "interconnect",

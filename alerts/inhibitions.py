@@ -76,6 +76,13 @@ INHIBITIONS: tuple[Inhibition, ...] = (
     # the GPU stays hot after the throttling ends.
     outranks("thermal_throttling", "temperature_headroom"),
     Inhibition(
+        "A run hung in a collective has stalled: TrainingHungInCollective says so, and which\n"
+        "GPU the others wait for.",
+        (alertname("TrainingHungInCollective"),),
+        (alertname("TrainingStalled"),),
+        ("run",),
+    ),
+    Inhibition(
         "The critical form of an alert silences its warning form for the same GPU, run or host\n"
         "(a critical XID and a warning XID on one GPU).",
         ('severity="critical"',),

@@ -129,6 +129,16 @@ class TelemetryStale(AlertSettings):
     stale_after_seconds: Amount
 
 
+class HeldBack(AlertSettings):
+    cost_ratio: Ratio
+
+
+class HungInCollective(AlertSettings):
+    no_step_window: Duration
+    busy_ratio: Ratio
+    power_limit_ratio: Ratio
+
+
 class InputBound(BaseModel):
     """When the run report calls a run input-bound (no alert: the report's finding only)."""
 
@@ -171,6 +181,8 @@ class Thresholds(BaseModel):
     TrainingThroughputDrop: ThroughputDrop
     TrainingScalingEfficiencyLow: ScalingEfficiency
     TrainingTelemetryStale: TelemetryStale
+    TrainingHeldBack: HeldBack
+    TrainingHungInCollective: HungInCollective
     MirrorwatchExporterDown: AlertSettings
     MirrorwatchNvmlUnavailable: AlertSettings
     Watchdog: AlertSettings

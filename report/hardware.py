@@ -28,10 +28,7 @@ def _figures(ask: Ask, gpu: Gpu, wanted: Sequence[tuple[str, str, str]]) -> list
 def held_back(sel: q.Select, kind: str) -> str:
     """The GPUs held back for the throttling ``kind`` at each moment (one of causes.THROTTLES):
     the same condition the live cause rules use."""
-    cause = causes.cause(kind)
-    if cause.violation is None:
-        return f"max by ({q.GPU_KEY}) ({q.clock_events(sel, cause.clock_reasons)})"
-    return q.throttled_now(sel, cause.violation, cause.clock_reasons)
+    return causes.cause(kind).held(sel)
 
 
 def throttling(ask: Ask, t: Thresholds) -> list[Finding]:

@@ -61,9 +61,7 @@ def _share(metric: str, limit: str, *matchers: str) -> str:
 
 def _throttled(c: Cause) -> str:
     """Each GPU held back for this cause at this evaluation: the report's "throttled now"."""
-    if c.violation is None:
-        return f"max by ({q.GPU_KEY}) ({q.clock_events(q.RULES, c.clock_reasons)})"
-    return q.throttled_now(q.RULES, c.violation, c.clock_reasons)
+    return c.held(q.RULES)
 
 
 def hardware_rules(t: Thresholds) -> list[Record]:
@@ -173,7 +171,7 @@ def _first(rank: str, key: str) -> str:
     )
 
 
-def _attach_run(expr: str) -> str:
+def attach_run(expr: str) -> str:
     """``expr`` (one series per GPU) on every GPU of an active run, with the run's labels."""
     return fill(
         "(\n  «expr»\n)\n* on («target», uuid) group_right ()\ncount without () («run_gpus»)",
@@ -222,9 +220,7 @@ def run_rules(t: Thresholds) -> list[Record]:
     return [
         # One rule per cause: a GPU with two of them would be two series on the "one" side.
         *(
-            Record(
-                RUN_GPU_CAUSE, _attach_run(f'{GPU_CAUSE}{{cause="{c.kind}"}}'), labels=_labels(c)
-            )
+            Record(RUN_GPU_CAUSE, attach_run(f'{GPU_CAUSE}{{cause="{c.kind}"}}'), labels=_labels(c))
             for c in HARDWARE
         ),
         Record(
@@ -234,7 +230,7 @@ def run_rules(t: Thresholds) -> list[Record]:
         ),
         Record(
             RUN_GPU_CAUSE,
-            _attach_run(interconnect(members, f"{q.TARGET_KEY}")),
+            attach_run(interconnect(members, f"{q.TARGET_KEY}")),
             labels=_labels(cause("interconnect")),
         ),
         Record(

@@ -362,6 +362,27 @@ SILENCES = [
     ),
     # ...a GPU throttling for heat silences its early warning of heat...
     Silences(THERMAL, gpu_alert("GpuTemperatureNearSlowdown", "warning", "h5:9848", "0"), GPU),
+    # ...a run hung in a collective silences its stall, on every host of the run...
+    Silences(
+        alert(
+            "TrainingHungInCollective",
+            "critical",
+            job="mirrorwatch",
+            instance="h7:9848",
+            run="hung",
+            gpu="1",
+            uuid="GPU-1",
+        ),
+        alert(
+            "TrainingStalled",
+            "critical",
+            job="mirrorwatch",
+            instance="h8:9848",
+            run="hung",
+            worker="0",
+        ),
+        ("run",),
+    ),
     # ...and a critical alert silences the warning of the same alert on the same GPU or run.
     Silences(
         CRITICAL_XID,

@@ -24,6 +24,7 @@ CONTRACT_KINDS = {
     "input_bound",
     "telemetry_gap",
     "foreign_process",
+    "straggler",
     "none",
 }
 GPU = 'job="mirrorwatch",instance="h1:9848",gpu="{i}",uuid="GPU-{i}"'

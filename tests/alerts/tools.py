@@ -48,6 +48,8 @@ CONTRACT_ALERTS = (
     "TrainingThroughputDrop",
     "TrainingScalingEfficiencyLow",
     "TrainingTelemetryStale",
+    "TrainingHeldBack",
+    "TrainingHungInCollective",
     "MirrorwatchExporterDown",
     "MirrorwatchNvmlUnavailable",
     "Watchdog",
