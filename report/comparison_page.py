@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from mirrorwatch.alerts.causes import TITLES
 from mirrorwatch.report.charts import Chart
 from mirrorwatch.report.comparison import Comparison
 from mirrorwatch.report.cost import in_words
@@ -16,12 +15,14 @@ from mirrorwatch.report.page import (
     DASH,
     chart_html,
     document,
+    finding_title,
     findings_html,
     headline_html,
     meta,
     subject,
 )
 from mirrorwatch.report.svg import format_value
+from mirrorwatch.report.words import percent
 
 _ROWS = (
     ("examples per second", "examples_per_second", "per_second"),
@@ -41,7 +42,7 @@ def _shown(value: Any, unit: str) -> str:
 
 
 def _change(value: float | None) -> str:
-    return DASH if value is None else f"{value:+.1%}"
+    return DASH if value is None else f"{value * 100:+.1f} %"
 
 
 def _cost(h: Mapping[str, Any]) -> str:
@@ -49,7 +50,7 @@ def _cost(h: Mapping[str, Any]) -> str:
     return (
         DASH
         if cost is None
-        else f"{cost['fraction']:.0%} ({cost['low']:.0%} to {cost['high']:.0%})"
+        else f"{percent(cost['fraction'])} ({percent(cost['low'])} to {percent(cost['high'])})"
     )
 
 
@@ -73,7 +74,7 @@ def _table(c: Comparison, names: tuple[str, str]) -> str:
     tops = (c.first.findings[0], c.second.findings[0])
     rows.append(
         "<tr><td>top finding</td>"
-        + "".join(f"<td>{escape(TITLES[f.kind])}</td>" for f in tops)
+        + "".join(f"<td>{escape(finding_title(f))}</td>" for f in tops)
         + "<td></td></tr>"
     )
     return f'<table class="side-by-side">{head}{"".join(rows)}</table>'
@@ -82,7 +83,7 @@ def _table(c: Comparison, names: tuple[str, str]) -> str:
 def _item(f: Finding, note: str = "") -> str:
     where = f" (GPU {f.gpu})" if f.gpu else ""
     return (
-        f"<li><b>{escape(TITLES[f.kind])}{escape(where)}</b>: {escape(f.summary)} "
+        f"<li><b>{escape(finding_title(f))}{escape(where)}</b>: {escape(f.summary)} "
         f"{escape(in_words(f.cost, f.kind))}{escape(note)}</li>"
     )
 
@@ -95,7 +96,7 @@ def _changed(c: Comparison) -> str:
     moved = [
         _item(
             b,
-            f" (held {a.share:.0%} of the first range, {b.share:.0%} of the second)",
+            f" (held {percent(a.share)} of the first range, {percent(b.share)} of the second)",
         )
         for a, b, changed in c.both
         if changed
