@@ -170,7 +170,10 @@ def find_scope(
             end,
         )
         if pushed and span[0] < pushed[0].value < span[1]:
-            span = (span[0], _first_after(steps, pushed[0].value, span[1]))
+            # A run of a few seconds still gets its two seconds: the exporter serves its
+            # final totals unchanged after the push.
+            end_of_run = max(_first_after(steps, pushed[0].value, span[1]), span[0] + 2)
+            span = (span[0], min(span[1], end_of_run))
     else:
         assert instance is not None
         target = Select((f'instance="{instance}"', *((f'host="{host}"',) if host else ())))
