@@ -80,7 +80,7 @@ def headline(ask: Ask, t: Thresholds) -> dict[str, Any]:
         "speedup_at_target": replicas * target if replicas else None,
         "meets_target": None if efficiency is None else efficiency >= target,
         # The share of the ideal throughput the run did not reach: 1 - speed-up / ideal.
-        "lost": None if efficiency is None else min(1.0, max(0.0, 1 - efficiency)),
+        "lost": None if efficiency is None else round(min(1.0, max(0.0, 1 - efficiency)), 4),
         "queries": queries,
     }
     result["verdict"] = verdict(speedup, replicas, efficiency, target)
