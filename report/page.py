@@ -10,7 +10,7 @@ from typing import Any
 from mirrorwatch.alerts.causes import TITLES
 from mirrorwatch.report.analysis import NOTHING_WRONG, Analysis
 from mirrorwatch.report.charts import Chart
-from mirrorwatch.report.cost import in_words, method_of
+from mirrorwatch.report.cost import METHODS, in_words, method_of
 from mirrorwatch.report.evidence import Figure, Finding
 from mirrorwatch.report.scope import format_time
 from mirrorwatch.report.svg import format_value
@@ -230,6 +230,31 @@ def finding_title(f: Finding) -> str:
     return TITLES[f.kind]
 
 
+# A gpu_error without a number is an XID or ECC error: no GPU was lost (that one is costed).
+NO_NUMBER = {
+    "gpu_error": "What an XID or ECC error cost (a crash, a restart, nothing) is not in the "
+    "telemetry.",
+}
+
+
+def cost_html(f: Finding) -> str:
+    """The finding's cost in one plain sentence, then its method's first sentence; the rest of
+    the method (its formula and bounds) folded."""
+    if f.cost is None:
+        said, method = "Cost: no number.", NO_NUMBER.get(f.kind, METHODS[f.kind].assumes)
+    else:
+        said, method = in_words(f.cost, f.kind), method_of(f.kind, f.cost.method).assumes
+    # Why there is no number is all said; a method's sentence first, its workings folded.
+    first, _, rest = method.partition(". ") if f.cost is not None else (method, "", "")
+    first = first if first.endswith(".") or not rest else first + "."
+    return f"<p class=\"cost\">{escape(said)} <span class='meta'>{escape(first)}</span></p>" + (
+        f"<details><summary>How the {escape(f.cost.method)} method counts it</summary>"
+        f"<p>{escape(rest)}</p></details>"
+        if rest and f.cost is not None
+        else ""
+    )
+
+
 def _finding(number: int, f: Finding, charts: Mapping[str, Chart], runbook_url: str) -> str:
     where = " ".join(
         part
@@ -247,8 +272,6 @@ def _finding(number: int, f: Finding, charts: Mapping[str, Chart], runbook_url: 
         if f.runbook.startswith("docs/runbook.md")
         else escape(f.runbook)
     )
-    # The assumptions of the method that gave the number (measured or estimated).
-    assumes = method_of(f.kind, f.cost.method).assumes if f.cost else ""
     return (
         f'<section class="finding" id="finding-{number}"><h3>{number}. '
         f'<span class="kind {f.kind}">{escape(f.kind)}</span>{escape(finding_title(f))}'
@@ -256,8 +279,7 @@ def _finding(number: int, f: Finding, charts: Mapping[str, Chart], runbook_url: 
         f'<div class="meta">held for {percent(f.share)} of the range<span class="share">'
         f'<i style="width: {f.share * 100:.0f}%"></i></span> · runbook: {link}</div>'
         f"<p>{escape(f.summary)}</p>"
-        f'<p class="cost">{escape(in_words(f.cost, f.kind))} '
-        f"<span class='meta'>{escape(assumes)}</span></p>"
+        + cost_html(f)
         + (f"<table>{figures}</table>{_queries([x.query for x in f.figures])}" if figures else "")
         + "".join(_chart(charts[name]) for name in f.charts if name in charts)
         + "</section>"

@@ -13,7 +13,7 @@ from mirrorwatch.report.analysis import Analysis, nothing_wrong
 from mirrorwatch.report.cost import METHODS, Cost
 from mirrorwatch.report.evidence import Finding
 from mirrorwatch.report.headline import accounted, verdict
-from mirrorwatch.report.page import render
+from mirrorwatch.report.page import cost_html, render
 from mirrorwatch.report.words import percent, plural
 
 
@@ -165,3 +165,19 @@ def test_numbers_read_one_way() -> None:
         "2 GPUs",
         "3 processes",
     )
+
+
+def test_an_xid_without_a_lost_gpu_does_not_speak_of_one() -> None:
+    xid = Finding("gpu_error", "1", "h:9848", 0.1, "GPU 1 reported XID 43.", [], "r")
+    html = unescape(cost_html(xid))
+    assert "Cost: no number." in html
+    assert "lost" not in html
+
+
+def test_a_cost_method_reads_in_one_sentence_with_its_workings_folded() -> None:
+    html = unescape(cost_html(finding("thermal_throttling", 0.2)))
+    said, _, folded = html.partition("<details>")
+    assert "by the clock method." in said
+    assert said.count(". ") <= 2  # the cost, then the method's first sentence
+    assert "Low bound" in folded
+    assert "<summary>How the clock method counts it</summary>" in folded
