@@ -9,7 +9,7 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
 from mirrorwatch.report.scope import Gpu
-from mirrorwatch.report.words import percent
+from mirrorwatch.report.words import percent, plural
 
 
 def _held(ask: Ask, condition: str) -> str:
@@ -262,7 +262,8 @@ def gpu_errors(ask: Ask) -> list[Finding]:
                     gpu.gpu,
                     gpu.instance,
                     1.0,
-                    f"GPU {gpu.gpu} counted {ecc_figure.value:.0f} uncorrectable ECC errors.",
+                    f"GPU {gpu.gpu} counted "
+                    f"{plural(round(ecc_figure.value), 'uncorrectable ECC error')}.",
                     [ecc_figure],
                     runbook("GpuEccUncorrectable"),
                 )

@@ -106,7 +106,7 @@ def _headline(h: Mapping[str, Any], top: Finding, at: float) -> str:
             shown("scaling_efficiency", "ratio"),
         ),
         _card("lost against ideal", shown("lost", "ratio")),
-        _card("of it unexplained", shown("unexplained", "ratio")),
+        _card("unexplained, of ideal", shown("unexplained", "ratio")),
         _card("median step time", shown("step_time_p50_seconds", "seconds")),
         *(
             [_card("mean GPU utilisation", shown("mean_utilization", "ratio"))]
@@ -116,7 +116,7 @@ def _headline(h: Mapping[str, Any], top: Finding, at: float) -> str:
     ]
     short = h.get("meets_target") is False
     ok = top.kind == "none" and not short and h["gpus_reported"]
-    label = "Verdict" if ok else "No cause found" if top.kind == "none" else "Most likely why"
+    label = "Verdict" if top.kind == "none" else "Most likely why"
     rows = "".join(
         f"<tr><td>{escape(name)}</td><td><pre>{escape(query)}</pre></td></tr>"
         for name, query in h["queries"].items()
@@ -141,10 +141,9 @@ def _together(h: Mapping[str, Any]) -> str:
     if cost is None or cost["fraction"] <= 0:
         return ""
     without = h.get("examples_per_second_without_causes")
-    said = (
-        f"Together the findings cost about {percent(cost['fraction'])} of the run's throughput "
-        f"(between {percent(cost['low'])} and {percent(cost['high'])})"
-    )
+    said = f"Together the findings cost about {percent(cost['fraction'])} of the run's throughput"
+    if cost["low"] < cost["high"]:
+        said += f" (between {percent(cost['low'])} and {percent(cost['high'])})"
     if without is not None:
         said += f": about {without:,.0f} examples/s instead of {h['examples_per_second']:,.0f}"
     if h.get("speedup_without_causes") is not None:
@@ -179,7 +178,7 @@ def unexplained_html(h: Mapping[str, Any]) -> str:
     unexplained, lost = h.get("unexplained"), h.get("lost")
     if unexplained is None or lost is None or h.get("meets_target") is not False:
         return ""
-    explained = lost - unexplained
+    explained = max(0.0, round(lost - unexplained, 4))
     n = round(h["ideal_speedup"] or 0)
     share = h.get("allreduce_share")
     if share is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 def percent(ratio: float) -> str:
     """A ratio as a percentage with a space before the sign: 15 %, 4.2 % under a tenth, 0 %."""
+    ratio = round(ratio, 6)  # 1 - 0.9 is 10 %, not 10.0 %
     if ratio == 0:
         return "0 %"
     return f"{ratio * 100:.0f} %" if abs(ratio) >= 0.1 else f"{ratio * 100:.1f} %"

@@ -160,6 +160,7 @@ def test_the_verdict_counts_replicas_in_the_plural() -> None:
 
 def test_numbers_read_one_way() -> None:
     assert (percent(0.15), percent(0.042), percent(0)) == ("15 %", "4.2 %", "0 %")
+    assert percent(1 - 0.9) == "10 %"
     assert (plural(1, "GPU"), plural(2, "GPU"), plural(3, "process", "processes")) == (
         "1 GPU",
         "2 GPUs",
