@@ -71,6 +71,15 @@ def _table(c: Comparison, names: tuple[str, str]) -> str:
         f"<tr><td>throughput lost to the findings</td><td class='num'>{escape(_cost(a))}</td>"
         f"<td class='num'>{escape(_cost(b))}</td><td></td></tr>"
     )
+    for label, name in (("lost against ideal", "lost"), ("unexplained, of ideal", "unexplained")):
+        first, second = a.get(name), b.get(name)
+        # A change of a share of the ideal, in points: "-12.0 pp", not a ratio of ratios.
+        moved = DASH if first is None or second is None else f"{(second - first) * 100:+.1f} pp"
+        rows.append(
+            f"<tr><td>{label}</td><td class='num'>{escape(_shown(first, 'ratio'))}</td>"
+            f"<td class='num'>{escape(_shown(second, 'ratio'))}</td>"
+            f"<td class='num'>{escape(moved)}</td></tr>"
+        )
     tops = (c.first.findings[0], c.second.findings[0])
     rows.append(
         "<tr><td>top finding</td>"

@@ -648,6 +648,20 @@ def test_a_comparison_draws_both_runs_on_one_axis_in_the_browser(compared: Repor
     assert not re.search(r"<script|<link|<img|src=|@import|url\(", html)
 
 
+def test_a_comparison_sets_the_losses_side_by_side_without_a_green_verdict(
+    compared: Report,
+) -> None:
+    dom = unescape(dom_of(compared.out / "report.html"))
+    row = re.search(r"<tr><td>unexplained, of ideal</td>(.*?)</tr>", dom, re.S)
+    assert row is not None
+    assert re.findall(r"<td class=\"num\">([^<]+)</td>", row.group(1))[-1].endswith(" pp")
+    assert "<tr><td>lost against ideal</td>" in dom
+    # The healthy run beside it also missed its target (1.6x of 2x): no cause, not "nothing".
+    assert "Nothing wrong found" not in dom
+    assert "No cause found" in dom
+    assert dom.count("Unexplained: ") == 2  # both below their target: each says its share
+
+
 def test_an_unknown_second_run_is_one_line(reports: Reports, tmp_path: Path) -> None:
     line = one_line_exit_2(
         report(
