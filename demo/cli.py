@@ -46,7 +46,7 @@ from demo.stack import (
     thresholds,
     trainer_process,
 )
-from demo.state import DemoState, StateError, forget, running_demo
+from demo.state import DemoState, StateError, forget, fresh_folder, running_demo
 from demo.terminal import say
 from mirrorwatch.doctor.cli import diagnose
 from mirrorwatch.doctor.cli import parser as doctor_parser
@@ -264,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                     signal.signal(signum, signal.SIG_IGN)
                 say("\ndemo: writing the run report ...")
-                report_on(args, report_dir, layout.began)
+                report_on(args, fresh_folder(report_dir), layout.began)
                 say("demo: stopping ...")
                 return 0
             finally:

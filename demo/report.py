@@ -6,6 +6,8 @@
 The run, the scenario's exporter and Prometheus come from the running demo's state file
 (demo/state.py), so `make demo SCENARIO=imbalance PROMETHEUS_LISTEN=...` needs no repeating;
 each flag given replaces what the state says. The range defaults to the demo's start until now.
+Each call writes a folder of its own beside the run's (RUN-TIME-report-HHMMSS): a second call,
+or the demo's own report on Ctrl-C, never overwrites it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from demo.stack import REPO, RUNBOOK
-from demo.state import StateError, running_demo
+from demo.state import StateError, fresh_folder, running_demo
 from mirrorwatch.report import cli as report_cli
 
 PROG = "make report"
@@ -29,7 +31,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--run", help="a run id (default: the running demo's)")
     p.add_argument("--prometheus", metavar="URL", help="default: the running demo's")
     p.add_argument("--since", metavar="DURATION", help="default: since the demo started")
-    p.add_argument("--out", metavar="DIR", help="default: the demo's report folder of this run")
+    p.add_argument("--out", metavar="DIR", help="default: a new folder beside the run's report")
     return p
 
 
@@ -44,6 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     who = ["--run", run] if run else ["--instance", state.instance]
     # Whole seconds back to the start, never less than a minute: Prometheus needs a scrape.
     since = args.since or f"{max(60, int(time.time() - state.started_at) + 1)}s"
+    if args.out is None:
+        run_dir = Path(state.report_dir)
+        stamp = time.strftime("%H%M%S")
+        out = str(fresh_folder(run_dir.with_name(f"{run_dir.name}-report-{stamp}")))
+    else:
+        out = args.out
     return report_cli.main(
         [
             "--prometheus",
@@ -52,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--since",
             since,
             "--out",
-            args.out or state.report_dir,
+            out,
             "--runbook",
             str(RUNBOOK),
         ]

@@ -37,6 +37,20 @@ class DemoState:
         return path
 
 
+def fresh_folder(path: Path) -> Path:
+    """``path``, or ``path``-2, -3, ...: the first that did not exist, made now, so no two
+    reports (two `make report` calls in one second, Ctrl-C after one) share a folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        candidate = path if n == 1 else path.with_name(f"{path.name}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"{path}: a thousand reports of this name already")
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

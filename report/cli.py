@@ -36,6 +36,7 @@ from mirrorwatch.report.evidence import Ask
 from mirrorwatch.report.page import render, subject
 from mirrorwatch.report.prometheus import Prometheus, PrometheusError
 from mirrorwatch.report.scope import Scope, ScopeError, find_scope, parse_time
+from mirrorwatch.report.words import percent
 
 PROG = "mirrorwatch-report"
 _INSTANCE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
@@ -294,8 +295,8 @@ def top_finding(finding: dict[str, object]) -> str:
     said = f"{finding['kind']}: {finding['summary']}"
     if isinstance(cost, dict) and cost["fraction"] > 0:
         said += (
-            f" Cost: about {cost['fraction']:.0%} of the throughput "
-            f"({cost['low']:.0%} to {cost['high']:.0%})."
+            f" Cost: about {percent(cost['fraction'])} of the throughput "
+            f"({percent(cost['low'])} to {percent(cost['high'])})."
         )
     return said
 

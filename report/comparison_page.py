@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from mirrorwatch.alerts.causes import TITLES
 from mirrorwatch.report.charts import Chart
 from mirrorwatch.report.comparison import Comparison
 from mirrorwatch.report.cost import in_words
@@ -16,12 +15,14 @@ from mirrorwatch.report.page import (
     DASH,
     chart_html,
     document,
+    finding_title,
     findings_html,
     headline_html,
     meta,
     subject,
 )
 from mirrorwatch.report.svg import format_value
+from mirrorwatch.report.words import percent
 
 _ROWS = (
     ("examples per second", "examples_per_second", "per_second"),
@@ -41,7 +42,7 @@ def _shown(value: Any, unit: str) -> str:
 
 
 def _change(value: float | None) -> str:
-    return DASH if value is None else f"{value:+.1%}"
+    return DASH if value is None else f"{value * 100:+.1f} %"
 
 
 def _cost(h: Mapping[str, Any]) -> str:
@@ -49,7 +50,7 @@ def _cost(h: Mapping[str, Any]) -> str:
     return (
         DASH
         if cost is None
-        else f"{cost['fraction']:.0%} ({cost['low']:.0%} to {cost['high']:.0%})"
+        else f"{percent(cost['fraction'])} ({percent(cost['low'])} to {percent(cost['high'])})"
     )
 
 
@@ -70,10 +71,19 @@ def _table(c: Comparison, names: tuple[str, str]) -> str:
         f"<tr><td>throughput lost to the findings</td><td class='num'>{escape(_cost(a))}</td>"
         f"<td class='num'>{escape(_cost(b))}</td><td></td></tr>"
     )
+    for label, name in (("lost against ideal", "lost"), ("unexplained, of ideal", "unexplained")):
+        first, second = a.get(name), b.get(name)
+        # A change of a share of the ideal, in points: "-12.0 pp", not a ratio of ratios.
+        moved = DASH if first is None or second is None else f"{(second - first) * 100:+.1f} pp"
+        rows.append(
+            f"<tr><td>{label}</td><td class='num'>{escape(_shown(first, 'ratio'))}</td>"
+            f"<td class='num'>{escape(_shown(second, 'ratio'))}</td>"
+            f"<td class='num'>{escape(moved)}</td></tr>"
+        )
     tops = (c.first.findings[0], c.second.findings[0])
     rows.append(
         "<tr><td>top finding</td>"
-        + "".join(f"<td>{escape(TITLES[f.kind])}</td>" for f in tops)
+        + "".join(f"<td>{escape(finding_title(f))}</td>" for f in tops)
         + "<td></td></tr>"
     )
     return f'<table class="side-by-side">{head}{"".join(rows)}</table>'
@@ -82,7 +92,7 @@ def _table(c: Comparison, names: tuple[str, str]) -> str:
 def _item(f: Finding, note: str = "") -> str:
     where = f" (GPU {f.gpu})" if f.gpu else ""
     return (
-        f"<li><b>{escape(TITLES[f.kind])}{escape(where)}</b>: {escape(f.summary)} "
+        f"<li><b>{escape(finding_title(f))}{escape(where)}</b>: {escape(f.summary)} "
         f"{escape(in_words(f.cost, f.kind))}{escape(note)}</li>"
     )
 
@@ -95,7 +105,7 @@ def _changed(c: Comparison) -> str:
     moved = [
         _item(
             b,
-            f" (held {a.share:.0%} of the first range, {b.share:.0%} of the second)",
+            f" (held {percent(a.share)} of the first range, {percent(b.share)} of the second)",
         )
         for a, b, changed in c.both
         if changed

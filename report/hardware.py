@@ -9,6 +9,7 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
 from mirrorwatch.report.scope import Gpu
+from mirrorwatch.report.words import percent, plural
 
 
 def _held(ask: Ask, condition: str) -> str:
@@ -61,7 +62,7 @@ def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
                     gpu.gpu,
                     gpu.instance,
                     share,
-                    f"GPU {gpu.gpu} was {cause.held_back} for {share:.0%} of the range"
+                    f"GPU {gpu.gpu} was {cause.held_back} for {percent(share)} of the range"
                     + _clock_words(figures),
                     figures,
                     cause.runbook,
@@ -108,7 +109,7 @@ def temperature_headroom(ask: Ask, t: Thresholds) -> list[Finding]:
                 gpu.instance,
                 share,
                 f"GPU {gpu.gpu} was within {margin:g} °C of its slowdown temperature for "
-                f"{share:.0%} of the range"
+                f"{percent(share)} of the range"
                 + (f" (least headroom {low:.0f} °C)." if low is not None else "."),
                 figures,
                 causes.cause("temperature_headroom").runbook,
@@ -156,7 +157,7 @@ def pcie(ask: Ask, t: Thresholds) -> list[Finding]:
                 gpu.instance,
                 share,
                 f"GPU {gpu.gpu}'s PCIe link ran below its maximum{link} while busy, for "
-                f"{share:.0%} of the range.",
+                f"{percent(share)} of the range.",
                 figures,
                 causes.cause("pcie_degraded").runbook,
                 ("pcie",),
@@ -206,7 +207,8 @@ def interconnect(ask: Ask) -> list[Finding]:
                     gpu.gpu,
                     gpu.instance,
                     share_of(figure.value),
-                    f"An NVLink link of GPU {gpu.gpu} was down for {share_of(figure.value):.0%} "
+                    f"An NVLink link of GPU {gpu.gpu} was down for "
+                    f"{percent(share_of(figure.value))} "
                     "of the range: its peer traffic fell back to PCIe.",
                     [figure],
                     causes.cause("interconnect").runbook,
@@ -257,7 +259,8 @@ def gpu_errors(ask: Ask) -> list[Finding]:
                     gpu.gpu,
                     gpu.instance,
                     1.0,
-                    f"GPU {gpu.gpu} counted {ecc_figure.value:.0f} uncorrectable ECC errors.",
+                    f"GPU {gpu.gpu} counted "
+                    f"{plural(round(ecc_figure.value), 'uncorrectable ECC error')}.",
                     [ecc_figure],
                     runbook("GpuEccUncorrectable"),
                 )
@@ -270,7 +273,8 @@ def gpu_errors(ask: Ask) -> list[Finding]:
                     gpu.gpu,
                     gpu.instance,
                     share_of(lost_figure.value),
-                    f"GPU {gpu.gpu} was lost (unreadable) for {share_of(lost_figure.value):.0%} "
+                    f"GPU {gpu.gpu} was lost (unreadable) for "
+                    f"{percent(share_of(lost_figure.value))} "
                     "of the range.",
                     [lost_figure],
                     runbook("GpuLost"),

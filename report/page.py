@@ -8,12 +8,13 @@ from html import escape
 from typing import Any
 
 from mirrorwatch.alerts.causes import TITLES
-from mirrorwatch.report.analysis import Analysis
+from mirrorwatch.report.analysis import NOTHING_WRONG, Analysis
 from mirrorwatch.report.charts import Chart
-from mirrorwatch.report.cost import in_words, method_of
+from mirrorwatch.report.cost import METHODS, in_words, method_of
 from mirrorwatch.report.evidence import Figure, Finding
 from mirrorwatch.report.scope import format_time
 from mirrorwatch.report.svg import format_value
+from mirrorwatch.report.words import percent
 
 HEADLINE_CHARTS = ("throughput", "step_time")
 DASH = "\u2013"  # what a card shows for a figure Prometheus has no data for
@@ -89,53 +90,167 @@ def _headline(h: Mapping[str, Any], top: Finding, at: float) -> str:
         value = h.get(name)
         return DASH if value is None else format_value(float(value), unit) + suffix
 
+    def count(name: str) -> str:
+        return DASH if h.get(name) is None else f"{h[name]:,.0f}"
+
     speedup = DASH if h.get("speedup") is None else f"{h['speedup']:.2f}x"
     ideal = f" of {h['ideal_speedup']:.0f}x ideal" if h.get("ideal_speedup") else ""
     cards = [
         _card("duration", _duration(h["duration_seconds"])),
-        _card("steps", DASH if h.get("steps") is None else f"{h['steps']:,.0f}"),
+        _card("steps", count("steps")),
+        _card("examples", count("examples")),
         _card("examples per second", shown("examples_per_second", "per_second")),
         _card(f"speed-up{ideal}", speedup),
         _card(
-            f"scaling efficiency (target {h['efficiency_target']:.0%})",
+            f"scaling efficiency (target {percent(h['efficiency_target'])})",
             shown("scaling_efficiency", "ratio"),
         ),
+        _card("lost against ideal", shown("lost", "ratio")),
+        _card("unexplained, of ideal", shown("unexplained", "ratio")),
         _card("median step time", shown("step_time_p50_seconds", "seconds")),
-        _card("mean GPU utilisation", shown("mean_utilization", "ratio")),
+        *(
+            [_card("mean GPU utilisation", shown("mean_utilization", "ratio"))]
+            if "mean_utilization" in h["queries"]
+            else []
+        ),
     ]
-    ok = top.kind == "none"
-    cost = h.get("cost")
-    without = h.get("examples_per_second_without_causes")
-    lost = (
-        f'<p class="verdict">Together the findings cost about {cost["fraction"]:.0%} of the '
-        f"run's throughput (between {cost['low']:.0%} and {cost['high']:.0%})"
-        + (
-            f": about {without:,.0f} examples/s instead of {h['examples_per_second']:,.0f}"
-            if without is not None
-            else ""
-        )
-        + (
-            f", a speed-up of {h['speedup_without_causes']:.2f}x instead of {h['speedup']:.2f}x"
-            if h.get("speedup_without_causes") is not None
-            else ""
-        )
-        + ".</p>"
-        if cost is not None and cost["fraction"] > 0
-        else ""
-    )
+    short = h.get("meets_target") is False
+    ok = top.kind == "none" and not short and h["gpus_reported"]
+    label = "Verdict" if top.kind == "none" else "Most likely why"
     rows = "".join(
         f"<tr><td>{escape(name)}</td><td><pre>{escape(query)}</pre></td></tr>"
         for name, query in h["queries"].items()
     )
     return (
         f'<div class="cards">{"".join(cards)}</div>'
-        f'<p class="verdict">{escape(h["verdict"])}</p>{lost}'
-        f'<p class="why{" ok" if ok else ""}"><b>{"Verdict" if ok else "Most likely why"}:</b> '
-        f"{escape(top.summary)}"
+        + _no_gpus(h)
+        + f'<p class="verdict">{escape(h["verdict"])}</p>'
+        + _together(h)
+        + f'<p class="why{" ok" if ok else ""}"><b>{label}:</b> {escape(top.summary)}'
         + (f" {escape(in_words(top.cost, top.kind))}" if top.cost and top.cost.fraction else "")
         + "</p>"
-        f"<details><summary>Queries of the headline (asked at {escape(format_time(at))})"
+        + unexplained_html(h)
+        + f"<details><summary>Queries of the headline (asked at {escape(format_time(at))})"
         f"</summary><table>{rows}</table></details>"
+    )
+
+
+def _together(h: Mapping[str, Any]) -> str:
+    """What the findings cost together, and what the run would do without them."""
+    cost = h.get("cost")
+    if cost is None or cost["fraction"] <= 0:
+        return ""
+    without = h.get("examples_per_second_without_causes")
+    said = f"Together the findings cost about {percent(cost['fraction'])} of the run's throughput"
+    if cost["low"] < cost["high"]:
+        said += f" (between {percent(cost['low'])} and {percent(cost['high'])})"
+    if without is not None:
+        said += f": about {without:,.0f} examples/s instead of {h['examples_per_second']:,.0f}"
+    if h.get("speedup_without_causes") is not None:
+        said += f", a speed-up of {h['speedup_without_causes']:.2f}x instead of {h['speedup']:.2f}x"
+    said += "."
+    before = h.get("cost_before_bound")
+    if before is not None:
+        said += (
+            f" Their own costs come to {percent(before['fraction'])}, more than the run lost "
+            f"({percent(h['lost'])}): they overlap (or estimate high), so they count as no more "
+            "than the loss."
+        )
+    return f'<p class="verdict">{escape(said)}</p>'
+
+
+def _no_gpus(h: Mapping[str, Any]) -> str:
+    if h["gpus_reported"]:
+        return ""
+    gpus = ", ".join(f"GPU {g['gpu']}" for g in h["gpus"])
+    return (
+        f'<p class="why"><b>No GPUs reported:</b> run {escape(str(h["run"]))} reported no GPU '
+        "of its own (its replicas ran on CPUs, or could not be mapped to GPUs by bus id). The "
+        f"report looked at every GPU of {escape(', '.join(h['instances']))} ({escape(gpus)}) "
+        "for the charts, but pins no GPU finding on the run: what those GPUs showed is listed "
+        "apart, under “On the host's GPUs”.</p>"
+    )
+
+
+def unexplained_html(h: Mapping[str, Any]) -> str:
+    """The share of the loss no finding covers, and where it usually hides (docs/report.md
+    "Unexplained")."""
+    unexplained, lost = h.get("unexplained"), h.get("lost")
+    if unexplained is None or lost is None or h.get("meets_target") is not False:
+        return ""
+    explained = max(0.0, round(lost - unexplained, 4))
+    n = round(h["ideal_speedup"] or 0)
+    share = h.get("allreduce_share")
+    if share is not None:
+        allreduce = (
+            f"The all-reduce, measured: the run's workers spent {percent(share)} of each step "
+            "in it (mirrorwatch_training_allreduce_seconds, the least of the workers' shares)."
+        )
+    else:
+        allreduce = (
+            "The all-reduce, not measured: this run publishes no all-reduce time (the torch "
+            "monitor does, on a DDP model). mirrorwatch-doctor --probe --gradient-bytes N times "
+            "an all-reduce of the model's gradient size on this host's links: an estimate, not "
+            "this run's own."
+        )
+    busy = h.get("mean_utilization")
+    if busy is not None:
+        host = (
+            f"The host's input pipeline and CPU: the GPUs were busy {percent(busy)} of the "
+            f"time; for the other {percent(1 - busy)} of each step they waited on the host. "
+        )
+    else:
+        host = "The host's input pipeline and CPU: the run reported no GPU to weigh its steps by. "
+    host += (
+        f"Replicas that are CPU devices (as make demo runs) share this machine's cores with "
+        f"each other and with the input pipeline: {n} of them cannot go {n}x as fast as one."
+    )
+    model = (
+        "The model's own scaling: a small model or batch makes each step short, and what every "
+        "step costs beside its compute (launching it, synchronising the replicas) does not "
+        "shrink with more replicas. mirrorwatch-train's scaling benchmark on this model tells "
+        "the model's share from the host's."
+    )
+    items = "".join(f"<li>{escape(text)}</li>" for text in (allreduce, host, model))
+    return (
+        f'<div class="why unexplained"><p><b>Unexplained: {percent(unexplained)} of the ideal '
+        f"throughput.</b> The run lost {percent(lost)} against its ideal; the findings' costs "
+        f"cover {format_value(explained, 'points')} of it, and the other "
+        f"{format_value(unexplained, 'points')} no check explains. What usually hides there:"
+        f"</p><ul>{items}</ul></div>"
+    )
+
+
+def finding_title(f: Finding) -> str:
+    # "Nothing wrong found" only where the checks found nothing and the run scaled as it
+    # should (analysis.nothing_wrong says which).
+    if f.kind == "none" and not f.summary.startswith(NOTHING_WRONG):
+        return "No cause found"
+    return TITLES[f.kind]
+
+
+# A gpu_error without a number is an XID or ECC error: no GPU was lost (that one is costed).
+NO_NUMBER = {
+    "gpu_error": "What an XID or ECC error cost (a crash, a restart, nothing) is not in the "
+    "telemetry.",
+}
+
+
+def cost_html(f: Finding) -> str:
+    """The finding's cost in one plain sentence, then its method's first sentence; the rest of
+    the method (its formula and bounds) folded."""
+    if f.cost is None:
+        said, method = "Cost: no number.", NO_NUMBER.get(f.kind, METHODS[f.kind].assumes)
+    else:
+        said, method = in_words(f.cost, f.kind), method_of(f.kind, f.cost.method).assumes
+    # Why there is no number is all said; a method's sentence first, its workings folded.
+    first, _, rest = method.partition(". ") if f.cost is not None else (method, "", "")
+    first = first if first.endswith(".") or not rest else first + "."
+    return f"<p class=\"cost\">{escape(said)} <span class='meta'>{escape(first)}</span></p>" + (
+        f"<details><summary>How the {escape(f.cost.method)} method counts it</summary>"
+        f"<p>{escape(rest)}</p></details>"
+        if rest and f.cost is not None
+        else ""
     )
 
 
@@ -156,17 +271,14 @@ def _finding(number: int, f: Finding, charts: Mapping[str, Chart], runbook_url: 
         if f.runbook.startswith("docs/runbook.md")
         else escape(f.runbook)
     )
-    # The assumptions of the method that gave the number (measured or estimated).
-    assumes = method_of(f.kind, f.cost.method).assumes if f.cost else ""
     return (
         f'<section class="finding" id="finding-{number}"><h3>{number}. '
-        f'<span class="kind {f.kind}">{escape(f.kind)}</span>{escape(TITLES[f.kind])}'
+        f'<span class="kind {f.kind}">{escape(f.kind)}</span>{escape(finding_title(f))}'
         f"{' — ' + escape(where) if where else ''}</h3>"
-        f'<div class="meta">held for {f.share:.0%} of the range<span class="share">'
+        f'<div class="meta">held for {percent(f.share)} of the range<span class="share">'
         f'<i style="width: {f.share * 100:.0f}%"></i></span> · runbook: {link}</div>'
         f"<p>{escape(f.summary)}</p>"
-        f'<p class="cost">{escape(in_words(f.cost, f.kind))} '
-        f"<span class='meta'>{escape(assumes)}</span></p>"
+        + cost_html(f)
         + (f"<table>{figures}</table>{_queries([x.query for x in f.figures])}" if figures else "")
         + "".join(_chart(charts[name]) for name in f.charts if name in charts)
         + "</section>"
@@ -196,9 +308,21 @@ def findings_html(analysis: Analysis, charts: Mapping[str, Chart], runbook_url: 
         placed.update(own)
         findings.append(_finding(number, _with_charts(finding, own), charts, runbook_url))
     rest = [c for name, c in charts.items() if name not in placed and name != "alerts"]
+    host = [
+        _finding(number, _with_charts(f, ()), charts, runbook_url)
+        for number, f in enumerate(analysis.host_findings, len(analysis.findings) + 1)
+    ]
     return (
         f"<h2>Findings, most important first ({len(analysis.findings)})</h2>"
         + "".join(findings)
+        + (
+            f"<h2>On the host's GPUs, not pinned on the run ({len(host)})</h2>"
+            '<p class="meta">The run reported no GPUs: these are of every GPU of its '
+            "instances, which it may not have used; their costs are not in its headline.</p>"
+            + "".join(host)
+            if host
+            else ""
+        )
         + ("<h2>Other charts</h2>" + "".join(_chart(c) for c in rest) if rest else "")
         + ("<h2>Alerts</h2>" + _chart(charts["alerts"]) if "alerts" in charts else "")
     )

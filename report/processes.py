@@ -6,6 +6,7 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.causes import cause
 from mirrorwatch.alerts.queries import Select
 from mirrorwatch.report.evidence import Ask, Finding, share_of
+from mirrorwatch.report.words import percent, plural
 
 GIB = 1024.0**3
 
@@ -52,8 +53,8 @@ def foreign_processes(ask: Ask) -> list[Finding]:
                 gpu.gpu,
                 gpu.instance,
                 share,
-                f"GPU {gpu.gpu} was shared with {processes:.0f} process(es) that are not the "
-                f"run's for {share:.0%} of the range"
+                f"GPU {gpu.gpu} was shared with {plural(round(processes), 'process', 'processes')} "
+                f"that are not the run's for {percent(share)} of the range"
                 + (f", holding up to {held / GIB:.1f} GiB of its memory." if held else ".")
                 + " Every synchronous step waits for the replica on it.",
                 figures,

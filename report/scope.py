@@ -45,6 +45,9 @@ class Scope:
     gpus: tuple[Gpu, ...]
     # The agents' `host` label of the one host reported on, where hosts share an instance.
     host_label: str | None = None
+    # The run named the GPUs it trains on (replica_info); False: it reported none (CPU
+    # replicas, or replicas not mapped to GPUs) and ``gpus`` are every GPU of its instances.
+    gpus_reported: bool = True
 
     @property
     def seconds(self) -> int:
@@ -124,6 +127,13 @@ def _sized(start: float, end: float) -> tuple[float, int]:
     return end - (seconds // step) * step, step
 
 
+def _first_after(series: list[Series], moment: float, last: float) -> float:
+    """The first sample time at or after ``moment`` of all ``series``: the scrape that first
+    carried the totals of the push at ``moment`` (the run's last: a range ending at the push
+    itself would end on the scrape before it, a push of steps short)."""
+    return min((t for s in series for t, _ in s.points if t >= moment), default=last)
+
+
 def find_scope(
     prometheus: Prometheus,
     run: str | None,
@@ -160,7 +170,10 @@ def find_scope(
             end,
         )
         if pushed and span[0] < pushed[0].value < span[1]:
-            span = (span[0], pushed[0].value)
+            # A run of a few seconds still gets its two seconds: the exporter serves its
+            # final totals unchanged after the push.
+            end_of_run = max(_first_after(steps, pushed[0].value, span[1]), span[0] + 2)
+            span = (span[0], min(span[1], end_of_run))
     else:
         assert instance is not None
         target = Select((f'instance="{instance}"', *((f'host="{host}"',) if host else ())))
@@ -202,4 +215,5 @@ def find_scope(
     if not gpus:
         raise ScopeError(f"no GPU series of {', '.join(instances)} {between}")
     begin, step = _sized(first, last)
-    return Scope(begin, last, step, run, instances, gpus, host if run is None else None)
+    reported = run is None or bool(uuids)
+    return Scope(begin, last, step, run, instances, gpus, host if run is None else None, reported)

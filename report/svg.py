@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
 
+from mirrorwatch.report.words import percent, points
+
 WIDTH, HEIGHT = 760, 230
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 14, 30
 ROW = 20
@@ -56,19 +58,19 @@ class Plot:
 
 
 def format_value(value: float, unit: str) -> str:
-    """A value as a person reads it: 95%, 15.2 pp, 87 °C, 1.98 GHz, x16, 1,234/s, 40 ms.
+    """A value as a person reads it: 95 %, 15.2 pp, 87 °C, 1.98 GHz, x16, 1,234/s, 40 ms.
 
     ``points`` is a difference of two ratios (a utilisation spread), in percentage points,
     so that one spread reads the same in a summary, a figure and a chart's axis.
     """
     if unit == "points":
-        return f"{value * 100:.1f} pp"
+        return points(value)
     if unit == "ratio":
-        return f"{value * 100:.0f}%" if abs(value) >= 0.1 else f"{value * 100:.1f}%"
+        return percent(value)
     if unit == "celsius":
         return f"{value:.0f} °C"
     if unit == "hertz":
-        return f"{value / 1e9:.2f} GHz"
+        return "0 GHz" if value == 0 else f"{value / 1e9:.2f} GHz"
     if unit == "lanes":
         return f"x{value:.0f}"
     if unit == "seconds":

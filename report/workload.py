@@ -12,6 +12,7 @@ from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
 from mirrorwatch.report.svg import format_value
+from mirrorwatch.report.words import percent
 
 # A scrape interval this many times the usual one is a gap.
 GAP_FACTOR = 3.0
@@ -55,7 +56,7 @@ def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
                 spread,
                 ask.figure("deviation from the run mean", "points", deviation_query, labels),
                 ask.figure(
-                    f"share of the range above {limit:.0%}",
+                    f"share of the range above {percent(limit)}",
                     "ratio",
                     share_query,
                     {"instance": instance},
@@ -71,9 +72,10 @@ def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
                 lagging,
                 instance,
                 share,
-                f"GPU {lagging} lags: {ours[lagging]:.0%} busy against GPU {leading}'s "
-                f"{ours[leading]:.0%} ({format_value(gap, 'points')}, percentage points); the "
-                f"spread was above {format_value(limit, 'points')} for {share:.0%} of the range.",
+                f"GPU {lagging} lags: {percent(ours[lagging])} busy against GPU {leading}'s "
+                f"{percent(ours[leading])} ({format_value(gap, 'points')}, percentage points); the "
+                f"spread was above {format_value(limit, 'points')} for {percent(share)} of the "
+                "range.",
                 figures,
                 cause("imbalance").runbook,
                 ("utilization", "spread"),
@@ -110,7 +112,7 @@ def input_bound(ask: Ask, t: Thresholds, throttled: bool) -> list[Finding]:
                 None,
                 instance,
                 share,
-                f"Every GPU was below {cut:.0%} busy for {share:.0%} of the "
+                f"Every GPU was below {percent(cut)} busy for {percent(share)} of the "
                 "range with no throttling: the GPUs waited for input (data loading, host CPU).",
                 figures,
                 cause("input_bound").runbook,
@@ -172,7 +174,7 @@ def telemetry_gaps(ask: Ask, t: Thresholds) -> list[Finding]:
                     row.get("instance") or None,
                     share,
                     f"Worker {worker} pushed no training telemetry for over {stale:g} s during "
-                    f"{share:.0%} of the range.",
+                    f"{percent(share)} of the range.",
                     [Figure("share of the range", share, "ratio", share_query, {"worker": worker})],
                     runbook("TrainingTelemetryStale"),
                 )

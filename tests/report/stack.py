@@ -66,6 +66,21 @@ SCALING = Scaling(
     baseline_examples_per_second=800.0,
     examples_per_second=800.0 * SPEEDUP,
 )
+
+
+def worker_scaling(replicas: int, of: int) -> Scaling:
+    """What one worker of ``replicas`` of the run's ``of`` reports: its share of the run's
+    throughput against one replica's (the telemetry's `_scaling`), so the workers' speed-ups
+    add up to the run's."""
+    share = replicas / of
+    return Scaling(
+        speedup=SPEEDUP * share,
+        efficiency_ratio=SPEEDUP * share / replicas,
+        baseline_examples_per_second=SCALING.baseline_examples_per_second,
+        examples_per_second=SCALING.examples_per_second * share,
+    )
+
+
 # A worker in the host PID namespace with this test's pid: no simulated process has it, so a
 # scenario's processes are all foreign to the run (docs/api.md).
 WORKER_PID = {"pid": os.getpid(), "pid_namespace": INIT_PID_NAMESPACE}
@@ -114,10 +129,12 @@ class Pusher(threading.Thread):
         sequence: int,
     ) -> None:
         step = training.advance(time.time(), [reading(g) for g in gpus])
-        for worker, _ in training.workers(gpus):
+        for worker, mine in training.workers(gpus):
             response = client.put(
                 f"{address.url}/api/v1/runs/{run_of(run)}/workers/{worker}",
-                content=training.snapshot(gpus, sequence, step, SCALING, WORKER_PID, worker),
+                content=training.snapshot(
+                    gpus, sequence, step, worker_scaling(len(mine), len(gpus)), WORKER_PID, worker
+                ),
                 headers={"Content-Type": "application/json"},
             )
             if response.status_code != 200:

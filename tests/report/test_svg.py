@@ -14,7 +14,7 @@ def test_spans_join_consecutive_active_points() -> None:
 
 
 def test_values_read_in_the_units_people_use() -> None:
-    assert format_value(0.95, "ratio") == "95%"
+    assert format_value(0.95, "ratio") == "95 %"
     assert format_value(1.98e9, "hertz") == "1.98 GHz"
     assert format_value(8, "lanes") == "x8"
     assert format_value(0.0375, "seconds") == "38 ms"

@@ -17,7 +17,7 @@ import pytest
 
 from demo import report as demo_report
 from demo.stack import REPO
-from demo.state import STATE_FILE, DemoState, StateError, running_demo
+from demo.state import STATE_FILE, DemoState, StateError, fresh_folder, running_demo
 from demo.terminal import say
 from mirrorwatch.report import cli as report_cli
 from tests.e2e.drill import binary
@@ -59,10 +59,32 @@ def test_make_report_takes_run_prometheus_and_range_from_the_running_demo(
     argv = asked[0]
     assert argv[argv.index("--run") + 1] == "demo-imbalance"
     assert argv[argv.index("--prometheus") + 1] == "http://127.0.0.1:19090"
-    assert argv[argv.index("--out") + 1] == str(tmp_path / "reports" / "demo-imbalance-1")
+    out = Path(argv[argv.index("--out") + 1])
+    assert out.parent == tmp_path / "reports"
+    assert out.name.startswith("demo-imbalance-1-report-")
     since = argv[argv.index("--since") + 1]
     assert since.endswith("s")
     assert 600 <= int(since[:-1]) <= 700  # back to the demo's start
+
+
+def test_two_make_report_calls_leave_two_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _state(tmp_path, pid=os.getpid(), run="demo-imbalance").write(tmp_path)
+    asked = _record_report_calls(monkeypatch)
+    # The run's own folder is the demo's Ctrl-C report: neither call may write there.
+    (tmp_path / "reports" / "demo-imbalance-1").mkdir(parents=True)
+    assert demo_report.main([f"--workdir={tmp_path}"]) == 0
+    assert demo_report.main([f"--workdir={tmp_path}"]) == 0
+    outs = [Path(argv[argv.index("--out") + 1]) for argv in asked]
+    assert len(set(outs)) == 2
+    assert all(out.is_dir() for out in outs)
+    assert tmp_path / "reports" / "demo-imbalance-1" not in outs
+
+
+def test_a_fresh_folder_is_never_one_that_exists(tmp_path: Path) -> None:
+    made = [fresh_folder(tmp_path / "reports" / "run") for _ in range(3)]
+    assert [p.name for p in made] == ["run", "run-2", "run-3"]
 
 
 def test_make_report_flags_replace_what_the_demo_says(
@@ -177,9 +199,12 @@ def test_make_report_and_the_ctrl_c_report_of_a_piped_demo(tmp_path: Path) -> No
             check=False,
         )
         assert made.returncode == 0, made.stderr
+        # Its own folder, printed first: the Ctrl-C report below gets another.
+        made_page = Path(made.stdout.split()[0])
+        assert made_page.exists()
+        assert made_page.parent != Path(state.report_dir)
         page = Path(state.report_dir) / "report.html"
-        assert page.exists()
-        page.unlink()
+        assert not page.exists()
         # `make demo | tee log` and Ctrl-C: tee goes first, so every later line hits EPIPE.
         process.stdout.close()
         process.send_signal(signal.SIGINT)
@@ -190,4 +215,5 @@ def test_make_report_and_the_ctrl_c_report_of_a_piped_demo(tmp_path: Path) -> No
             process.wait()
     assert process.returncode == 0
     assert page.exists(), "the Ctrl-C report was not written"
+    assert made_page.exists(), "the Ctrl-C report replaced make report's"
     assert not (workdir / STATE_FILE).exists()
