@@ -1,0 +1,298 @@
+"""The real exporter over TLS with basic auth: scraped by the real Prometheus, refused otherwise."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import signal
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.exporter.certificates import Authority, Pair, bcrypt_hash, write_web_config
+from tests.exporter.exporter_process import RunningExporter, running_exporter
+from tests.ports import free_port
+
+USER, PASSWORD = "prometheus", "scrape-secret"
+DEADLINE_SECONDS = 60  # for a condition to hold; each test returns as soon as it does
+
+
+class Tls:
+    """A CA, the exporter's certificate, a client certificate, and a web config using them."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.authority = Authority.create(folder)
+        self.server = self.authority.issue("exporter")
+        self.client = self.authority.issue("scraper", hosts=("scraper",), usage="clientAuth")
+        self.web_config = folder / "web-config.yml"
+
+    def write(self, *, client_auth: str = "NoClientCert", password: str = PASSWORD) -> Path:
+        tls: dict[str, object] = {
+            "cert_file": str(self.server.cert),
+            "key_file": str(self.server.key),
+            "client_auth_type": client_auth,
+        }
+        if client_auth != "NoClientCert":
+            tls["client_ca_file"] = str(self.authority.cert)
+        return write_web_config(
+            self.web_config,
+            {"tls_server_config": tls, "basic_auth_users": {USER: bcrypt_hash(password)}},
+        )
+
+    def elsewhere(self, web_config: Path, server: Pair | None = None) -> Tls:
+        """The same CA and client, with its own web config file (and server certificate)."""
+        other = copy.copy(self)
+        other.web_config = web_config
+        other.server = server or self.server
+        return other
+
+    def client_for(self, *, certificate: Pair | None = None, **options: Any) -> httpx.Client:
+        context = ssl.create_default_context(cafile=self.authority.cert)
+        if certificate is not None:
+            context.load_cert_chain(certificate.cert, certificate.key)
+        return httpx.Client(verify=context, timeout=10, **options)
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    return Tls(tmp_path_factory.mktemp("tls"))
+
+
+@contextmanager
+def tls_exporter(tls: Tls, client: httpx.Client) -> Iterator[RunningExporter]:
+    with running_exporter(
+        ["--simulate", "healthy", "--web-config-file", str(tls.web_config)],
+        scheme="https",
+        client=client,
+    ) as exporter:
+        yield exporter
+
+
+@pytest.fixture(scope="module")
+def exporter(tls: Tls) -> Iterator[RunningExporter]:
+    tls.write()
+    with tls.client_for() as client, tls_exporter(tls, client) as running:
+        yield running
+
+
+def test_no_password_gets_a_basic_challenge_and_no_metrics(
+    tls: Tls, exporter: RunningExporter
+) -> None:
+    with tls.client_for() as client:
+        response = client.get(exporter.url + "/metrics")
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Basic ")
+    assert "mirrorwatch_" not in response.text
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/healthz", "/readyz", "/", "/api/v1/gpus"])
+def test_a_wrong_password_gets_401_on_every_endpoint(
+    tls: Tls, exporter: RunningExporter, path: str
+) -> None:
+    with tls.client_for(auth=(USER, "not-it")) as client:
+        assert client.get(exporter.url + path).status_code == 401
+
+
+def test_the_right_password_gets_metrics_over_https(tls: Tls, exporter: RunningExporter) -> None:
+    with tls.client_for(auth=(USER, PASSWORD)) as client:
+        response = client.get(exporter.url + "/metrics")
+    assert response.status_code == 200
+    assert "mirrorwatch_gpu_info" in response.text
+
+
+def test_ingest_put_keeps_its_bearer_token_and_needs_no_basic_auth(
+    tls: Tls, exporter: RunningExporter
+) -> None:
+    # No token configured: loopback clients may push; a body missing fields is a 422, which
+    # shows the request reached the ingest API past basic auth.
+    with tls.client_for() as client:
+        response = client.put(
+            exporter.url + "/api/v1/runs/r/workers/0", json={"schema": 1}, timeout=10
+        )
+    assert response.status_code == 422
+
+
+def test_plain_http_to_the_tls_port_gets_nothing(exporter: RunningExporter) -> None:
+    plain = exporter.url.replace("https://", "http://")
+    with pytest.raises(httpx.TransportError):
+        httpx.get(plain + "/metrics", timeout=10)
+    with httpx.Client(verify=False, timeout=10) as client:
+        # The exporter still serves after it: the failed handshake harmed nothing.
+        assert client.get(exporter.url + "/healthz").status_code == 401
+
+
+@pytest.mark.parametrize("problem", ["expired", "wrong-host"])
+def test_a_client_refuses_an_expired_or_wrong_host_certificate(
+    tls: Tls, tmp_path: Path, problem: str
+) -> None:
+    server = (
+        tls.authority.issue("expired", expired=True)
+        if problem == "expired"
+        else tls.authority.issue("elsewhere", hosts=("elsewhere.example",))
+    )
+    config = write_web_config(
+        tmp_path / "web.yml",
+        {"tls_server_config": {"cert_file": str(server.cert), "key_file": str(server.key)}},
+    )
+    with (
+        httpx.Client(verify=False, timeout=10) as insecure,
+        running_exporter(
+            ["--simulate", "healthy", "--web-config-file", str(config)],
+            scheme="https",
+            client=insecure,
+        ) as running,
+        tls.client_for() as client,
+        pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"),
+    ):
+        client.get(running.url + "/healthz")
+
+
+def test_a_changed_password_applies_without_a_restart(tls: Tls, tmp_path: Path) -> None:
+    own = tls.elsewhere(tmp_path / "web-config.yml")
+    own.write()
+    with (
+        own.client_for(auth=(USER, PASSWORD)) as old,
+        own.client_for(auth=(USER, "rotated")) as new,
+        tls_exporter(own, old) as running,
+    ):
+        assert old.get(running.url + "/metrics").status_code == 200
+        own.write(password="rotated")  # renamed into place, as an editor or a Secret does
+        assert old.get(running.url + "/metrics").status_code == 401
+        assert new.get(running.url + "/metrics").status_code == 200
+
+
+def test_required_client_certificates_refuse_a_client_without_one(tls: Tls, tmp_path: Path) -> None:
+    own = tls.elsewhere(tmp_path / "web-config.yml")
+    own.write(client_auth="RequireAndVerifyClientCert")
+    with (
+        own.client_for(certificate=tls.client, auth=(USER, PASSWORD)) as with_certificate,
+        own.client_for(auth=(USER, PASSWORD)) as without,
+        tls_exporter(own, with_certificate) as running,
+    ):
+        assert with_certificate.get(running.url + "/metrics").status_code == 200
+        with pytest.raises(httpx.TransportError):
+            without.get(running.url + "/metrics")
+
+
+def test_sighup_reads_the_certificates_again(tls: Tls, tmp_path: Path) -> None:
+    own = tls.elsewhere(
+        tmp_path / "web-config.yml", Pair(tmp_path / "exporter.crt", tmp_path / "exporter.key")
+    )
+    shutil.copy(tls.server.cert, own.server.cert)
+    shutil.copy(tls.server.key, own.server.key)
+    own.write()
+    renewed = tls.authority.issue("renewed")
+    with own.client_for(auth=(USER, PASSWORD)) as client, tls_exporter(own, client) as running:
+        assert _served_certificate(running) == tls.server.cert.read_text()
+        shutil.copy(renewed.cert, own.server.cert)
+        shutil.copy(renewed.key, own.server.key)
+        running.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while _served_certificate(running) != renewed.cert.read_text():
+            assert time.monotonic() < deadline, "the renewed certificate was never served"
+            time.sleep(0.05)
+        assert running.process.poll() is None
+
+
+def _served_certificate(running: RunningExporter) -> str:
+    port = int(running.url.rsplit(":", 1)[1])
+    return ssl.get_server_certificate(("127.0.0.1", port), timeout=10)
+
+
+# --- the real Prometheus ------------------------------------------------------------------
+
+
+@contextmanager
+def _prometheus(tmp: Path, jobs: list[dict[str, Any]]) -> Iterator[str]:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is not installed: run `make tools`", pytrace=False)
+    port = free_port()
+    config = tmp / "prometheus.yml"
+    config.write_text(
+        yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": jobs}),
+        encoding="utf-8",
+    )
+    with (tmp / "prometheus.log").open("w", encoding="utf-8") as log:
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _target_health(prometheus: str, tmp: Path) -> dict[str, tuple[str, str]]:
+    """Each job's scrape health and last error, once every job has been scraped."""
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while True:
+        try:
+            answer = httpx.get(f"{prometheus}/api/v1/targets", timeout=10).json()
+            targets = answer["data"]["activeTargets"]
+        except (httpx.TransportError, ValueError, KeyError):
+            targets = []
+        health = {t["labels"]["job"]: (t["health"], t["lastError"]) for t in targets}
+        if health and all(state != "unknown" for state, _ in health.values()):
+            return health
+        if time.monotonic() > deadline:
+            pytest.fail(f"no scrape in {DEADLINE_SECONDS} s; see {tmp / 'prometheus.log'}")
+        time.sleep(0.2)
+
+
+def _job(name: str, exporter: RunningExporter, tls: Tls, password_file: Path) -> dict[str, Any]:
+    return {
+        "job_name": name,
+        "scheme": "https",
+        "tls_config": {
+            "ca_file": str(tls.authority.cert),
+            "cert_file": str(tls.client.cert),
+            "key_file": str(tls.client.key),
+        },
+        "basic_auth": {"username": USER, "password_file": str(password_file)},
+        "static_configs": [{"targets": [exporter.url.removeprefix("https://")]}],
+    }
+
+
+def test_prometheus_scrapes_over_https_with_basic_auth_and_a_client_certificate(
+    tls: Tls, tmp_path: Path
+) -> None:
+    own = tls.elsewhere(tmp_path / "web-config.yml")
+    own.write(client_auth="RequireAndVerifyClientCert")
+    right, wrong = tmp_path / "right", tmp_path / "wrong"
+    right.write_text(PASSWORD, encoding="utf-8")
+    wrong.write_text("not-it", encoding="utf-8")
+    with (
+        own.client_for(certificate=tls.client, auth=(USER, PASSWORD)) as client,
+        tls_exporter(own, client) as running,
+    ):
+        jobs = [_job("right", running, tls, right), _job("wrong", running, tls, wrong)]
+        plain = {**_job("plain", running, tls, right), "scheme": "http"}
+        with _prometheus(tmp_path, [*jobs, plain]) as prometheus:
+            health = _target_health(prometheus, tmp_path)
+            assert health["right"] == ("up", "")
+            assert health["wrong"][0] == "down"
+            assert "401" in health["wrong"][1]
+            assert health["plain"][0] == "down"
