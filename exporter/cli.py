@@ -247,7 +247,8 @@ def run(argv: list[str] | None = None) -> int:
     # few push rounds at the ingest limits; bench/limits_bench.py).
     gc.freeze()
     # No 10 Hz tick: idle, the exporter's event loop sleeps (server.py).
-    QuietServer(config).run(sockets=[sock])
+    # The TLS handshake gets the head's time bound: a client stalling in it is cut off alike.
+    QuietServer(config, ssl_handshake_timeout=settings.header_timeout).run(sockets=[sock])
     return 0
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import time
@@ -296,3 +298,82 @@ def test_prometheus_scrapes_over_https_with_basic_auth_and_a_client_certificate(
             assert health["wrong"][0] == "down"
             assert "401" in health["wrong"][1]
             assert health["plain"][0] == "down"
+
+
+# --- hostile clients over TLS ------------------------------------------------------------
+
+DRILL_HEAD_TIMEOUT = 1  # seconds; a stalled client is cut off after it, the test waits on that
+
+
+@pytest.fixture(scope="module")
+def drilled(tls: Tls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningExporter]:
+    own = tls.elsewhere(tmp_path_factory.mktemp("drills") / "web-config.yml")
+    own.write()
+    with (
+        own.client_for(auth=(USER, PASSWORD)) as client,
+        running_exporter(
+            [
+                "--simulate",
+                "healthy",
+                "--web-config-file",
+                str(own.web_config),
+                "--header-timeout",
+                str(DRILL_HEAD_TIMEOUT),
+                "--max-header-bytes",
+                "1024",
+            ],
+            scheme="https",
+            client=client,
+        ) as running,
+    ):
+        yield running
+
+
+def _address(running: RunningExporter) -> tuple[str, int]:
+    return "127.0.0.1", int(running.url.rsplit(":", 1)[1])
+
+
+def _until_closed(sock: socket.socket) -> bytes:
+    """Everything the exporter sends until it closes the connection (the socket's timeout is
+    far beyond the exporter's bound, so a hang fails instead of waiting for ever)."""
+    received = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            received += chunk
+    return received
+
+
+def test_a_client_stalling_in_the_tls_handshake_is_cut_off(drilled: RunningExporter) -> None:
+    # Half asyncio's own 60 s handshake bound, so only the exporter's (1 s here) can pass this.
+    with socket.create_connection(_address(drilled), timeout=30) as sock:
+        assert _until_closed(sock) == b""  # closed by the exporter, not by the test's timeout
+
+
+def test_slow_headers_over_tls_get_408(tls: Tls, drilled: RunningExporter) -> None:
+    context = ssl.create_default_context(cafile=tls.authority.cert)
+    with (
+        socket.create_connection(_address(drilled), timeout=DEADLINE_SECONDS) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as sock,
+    ):
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        assert _until_closed(sock).startswith(b"HTTP/1.1 408 ")
+
+
+def test_huge_headers_over_tls_get_431(tls: Tls, drilled: RunningExporter) -> None:
+    context = ssl.create_default_context(cafile=tls.authority.cert)
+    with (
+        socket.create_connection(_address(drilled), timeout=DEADLINE_SECONDS) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as sock,
+    ):
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Fill: " + b"a" * 4096 + b"\r\n\r\n")
+        assert _until_closed(sock).startswith(b"HTTP/1.1 431 ")
+
+
+def test_a_flood_of_stalled_handshakes_leaves_scrapes_served(
+    tls: Tls, drilled: RunningExporter
+) -> None:
+    with contextlib.ExitStack() as stack:
+        for _ in range(100):
+            stack.enter_context(socket.create_connection(_address(drilled), timeout=10))
+        with tls.client_for(auth=(USER, PASSWORD)) as client:
+            assert client.get(drilled.url + "/metrics").status_code == 200
