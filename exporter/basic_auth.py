@@ -54,12 +54,13 @@ class BasicAuthUsers:
         if known is not None:
             return known
         hashed = self._hash_of(user)
-        with self._bcrypt:
+        with self._bcrypt:  # also keeps the cache whole: checks run in several threads
             matches = bcrypt.checkpw(password.encode(), hashed or _DUMMY_HASH)
-        outcome = hashed is not None and matches
-        if len(self._cache) >= CACHE_ENTRIES:
-            self._cache.pop(next(iter(self._cache)))  # the oldest: floods of guesses rotate out
-        self._cache[key] = outcome
+            outcome = hashed is not None and matches
+            if len(self._cache) >= CACHE_ENTRIES:
+                # The oldest goes: a flood of guesses rotates out, the scraper's entry returns.
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = outcome
         return outcome
 
     def _hash_of(self, user: str) -> bytes | None:

@@ -111,6 +111,25 @@ def test_the_right_password_gets_metrics_over_https(tls: Tls, exporter: RunningE
     assert "mirrorwatch_gpu_info" in response.text
 
 
+def test_openmetrics_gzip_and_keep_alive_work_as_over_plain_http(
+    tls: Tls, exporter: RunningExporter
+) -> None:
+    ports: set[int] = set()
+    headers = {
+        "Accept": "application/openmetrics-text;version=1.0.0",
+        "Accept-Encoding": "gzip",
+    }
+    with tls.client_for(auth=(USER, PASSWORD), headers=headers) as client:
+        for _ in range(3):
+            response = client.get(exporter.url + "/metrics")
+            assert response.headers["content-type"].startswith("application/openmetrics-text")
+            assert response.headers["content-encoding"] == "gzip"
+            assert response.text.endswith("# EOF\n")
+            stream = response.extensions["network_stream"]
+            ports.add(stream.get_extra_info("client_addr")[1])
+    assert len(ports) == 1  # one connection, one handshake, for all three
+
+
 def test_ingest_put_keeps_its_bearer_token_and_needs_no_basic_auth(
     tls: Tls, exporter: RunningExporter
 ) -> None:
