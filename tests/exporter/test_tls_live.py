@@ -8,7 +8,6 @@ import shutil
 import signal
 import socket
 import ssl
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,14 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from tests.exporter.certificates import Authority, Pair, bcrypt_hash, write_web_config
 from tests.exporter.exporter_process import RunningExporter, running_exporter
-from tests.ports import free_port
+from tests.exporter.scraping import DEADLINE_SECONDS, prometheus_scraping, target_health
 
 USER, PASSWORD = "prometheus", "scrape-secret"
-DEADLINE_SECONDS = 60  # for a condition to hold; each test returns as soon as it does
 
 
 class Tls:
@@ -232,57 +229,6 @@ def _served_certificate(running: RunningExporter) -> str:
 # --- the real Prometheus ------------------------------------------------------------------
 
 
-@contextmanager
-def _prometheus(tmp: Path, jobs: list[dict[str, Any]]) -> Iterator[str]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is not installed: run `make tools`", pytrace=False)
-    port = free_port()
-    config = tmp / "prometheus.yml"
-    config.write_text(
-        yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": jobs}),
-        encoding="utf-8",
-    )
-    with (tmp / "prometheus.log").open("w", encoding="utf-8") as log:
-        process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _target_health(prometheus: str, tmp: Path) -> dict[str, tuple[str, str]]:
-    """Each job's scrape health and last error, once every job has been scraped."""
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while True:
-        try:
-            answer = httpx.get(f"{prometheus}/api/v1/targets", timeout=10).json()
-            targets = answer["data"]["activeTargets"]
-        except (httpx.TransportError, ValueError, KeyError):
-            targets = []
-        health = {t["labels"]["job"]: (t["health"], t["lastError"]) for t in targets}
-        if health and all(state != "unknown" for state, _ in health.values()):
-            return health
-        if time.monotonic() > deadline:
-            pytest.fail(f"no scrape in {DEADLINE_SECONDS} s; see {tmp / 'prometheus.log'}")
-        time.sleep(0.2)
-
-
 def _job(name: str, exporter: RunningExporter, tls: Tls, password_file: Path) -> dict[str, Any]:
     return {
         "job_name": name,
@@ -311,8 +257,8 @@ def test_prometheus_scrapes_over_https_with_basic_auth_and_a_client_certificate(
     ):
         jobs = [_job("right", running, tls, right), _job("wrong", running, tls, wrong)]
         plain = {**_job("plain", running, tls, right), "scheme": "http"}
-        with _prometheus(tmp_path, [*jobs, plain]) as prometheus:
-            health = _target_health(prometheus, tmp_path)
+        with prometheus_scraping(tmp_path, [*jobs, plain]) as prometheus:
+            health = target_health(prometheus, tmp_path)
             assert health["right"] == ("up", "")
             assert health["wrong"][0] == "down"
             assert "401" in health["wrong"][1]
