@@ -17,7 +17,8 @@ from tests.exporter.certificates import Authority
 from tests.exporter.exporter_process import running_exporter
 from tests.fleet.fleet import PROMETHEUS_AGENT_CONFIG, VMAGENT_CONFIG, binary
 from tests.ports import free_port
-from tests.stack.test_fleet_compose import HOST, SECRETS, docker_compose, env_example
+from tests.stack.compose import docker_compose
+from tests.stack.test_fleet_compose import HOST, SECRETS, env_example
 
 HOST_TLS = HOST.with_name("host.tls.compose.yml")
 VMAGENT_TLS = VMAGENT_CONFIG.with_name("scrape.tls.yml")
