@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -30,8 +31,17 @@ from mirrorwatch.exporter.web_config import WebConfigError, load_web_config
 
 log = logging.getLogger(__name__)
 CACHE_ENTRIES = 100  # the toolkit's cache size: (user, hash, password) outcomes kept
-# Checked against when the user is unknown, so that answer takes a bcrypt round too.
-_DUMMY_HASH = bcrypt.hashpw(b"mirrorwatch", bcrypt.gensalt(10))
+
+
+@functools.cache
+def _dummy_hash() -> bytes:
+    """Checked against when the user is unknown, so that answer takes a bcrypt round too.
+
+    Made on first use: a bcrypt round at import would slow every start, with or without auth.
+    """
+    return bcrypt.hashpw(b"mirrorwatch", bcrypt.gensalt(10))
+
+
 _BEARER_PATHS_METHODS = ("PUT", "DELETE")  # the ingest API's own token guards these
 
 
@@ -55,7 +65,7 @@ class BasicAuthUsers:
             return known
         hashed = self._hash_of(user)
         with self._bcrypt:  # also keeps the cache whole: checks run in several threads
-            matches = bcrypt.checkpw(password.encode(), hashed or _DUMMY_HASH)
+            matches = bcrypt.checkpw(password.encode(), hashed or _dummy_hash())
             outcome = hashed is not None and matches
             if len(self._cache) >= CACHE_ENTRIES:
                 # The oldest goes: a flood of guesses rotates out, the scraper's entry returns.
