@@ -138,6 +138,7 @@ BENCH_OUT ?= build/bench/results
 bench: install tools
 	@mkdir -p $(BENCH_OUT)
 	$(PY) bench/exporter_bench.py --out $(BENCH_OUT)/exporter.json
+	$(PY) bench/tls_bench.py --out $(BENCH_OUT)/tls.json
 	@test -x $(NVITOP_VENV)/bin/nvitop-exporter || { $(PYTHON) -m venv $(NVITOP_VENV) \
 	  && $(NVITOP_VENV)/bin/python -m pip --disable-pip-version-check -q install \
 	  nvitop-exporter==1.7.2; }

@@ -12,6 +12,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from mirrorwatch.exporter import __version__
 from mirrorwatch.exporter.backend import GpuBackend
+from mirrorwatch.exporter.basic_auth import BasicAuthGuard, WatchedUsers
 from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics, select_collectors
 from mirrorwatch.exporter.collectors.training import TrainingMetrics
 from mirrorwatch.exporter.ingest.auth import IngestAuth
@@ -24,14 +25,22 @@ from mirrorwatch.exporter.logs import RejectionLog
 from mirrorwatch.exporter.routes import gpus, health, ingest, landing, metrics
 from mirrorwatch.exporter.settings import Settings
 from mirrorwatch.exporter.state import ExporterState
+from mirrorwatch.exporter.web_config import WebConfig
 
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings, backend: GpuBackend, clock: Clock | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    backend: GpuBackend,
+    clock: Clock | None = None,
+    web_config: WebConfig | None = None,
+) -> FastAPI:
     """The exporter's app over ``backend``; starting and stopping it is the lifespan's job.
 
-    ``clock`` drives training-worker expiry; tests pass a fake one.
+    ``clock`` drives training-worker expiry; tests pass a fake one. ``web_config`` (the
+    --web-config-file, already loaded) puts basic auth in front of every route but ingest
+    PUT/DELETE.
     """
     gpu_metrics = GpuMetrics(
         backend,
@@ -88,6 +97,9 @@ def create_app(settings: Settings, backend: GpuBackend, clock: Clock | None = No
         body_limits=BodyLimits.for_replicas(settings.max_replicas),
         body_timeout=settings.body_timeout,
     )
+    if web_config is not None:
+        # Before the ingest guard: a scrape without credentials is refused before anything.
+        app.add_middleware(BasicAuthGuard, users=WatchedUsers(web_config.path, web_config.users))
     # Outermost, so the guard sees the client it computes. Here rather than uvicorn's own
     # (cli.py turns that off): only the configured proxies count, never FORWARDED_ALLOW_IPS,
     # and uvicorn's _TrustedHosts takes the right-most address that is not one of them.

@@ -12,6 +12,7 @@ import argparse
 import gc
 import logging
 import os
+import signal
 import socket
 import sys
 import types
@@ -44,6 +45,7 @@ from mirrorwatch.exporter.settings import (
     proxy_networks,
 )
 from mirrorwatch.exporter.vocabulary import Address
+from mirrorwatch.exporter.web_config import ServedTls, WebConfig, WebConfigError, load_web_config
 
 PROG = "mirrorwatch-exporter"
 log = logging.getLogger("mirrorwatch.exporter")
@@ -175,6 +177,20 @@ def bind(address: Address) -> socket.socket:
     return sock
 
 
+def load_web(settings: Settings, from_flag: bool) -> tuple[WebConfig | None, ServedTls | None]:
+    """The --web-config-file and, when it says TLS, the server context with its certificates."""
+    path = settings.web_config_file
+    if path is None:
+        return None, None
+    try:
+        web_config = load_web_config(path)
+        served = ServedTls(path, web_config.tls) if web_config.tls is not None else None
+    except WebConfigError as error:
+        where = flag("web_config_file") if from_flag else _variable("web_config_file")
+        raise UsageError(f"{where} {path}: {error}") from None
+    return web_config, served
+
+
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # The simulator is imported only when asked for: on a GPU host it would be ~3 MiB of RSS
@@ -185,6 +201,7 @@ def run(argv: list[str] | None = None) -> int:
         print(scenario_list())
         return 0
     settings = load_settings(args)
+    web_config, served_tls = load_web(settings, from_flag=args.web_config_file is not None)
     try:
         backend = build_backend(settings)
     except Exception as error:
@@ -195,7 +212,7 @@ def run(argv: list[str] | None = None) -> int:
         raise
     sock = bind(settings.listen_address)
     configure_logging(settings.log_level, settings.log_format)
-    app = create_app(settings, backend)
+    app = create_app(settings, backend, web_config=web_config)
     config = uvicorn.Config(
         app,
         # httptools, bounded before the app: head size and time (ingest/protocol.py).
@@ -207,11 +224,19 @@ def run(argv: list[str] | None = None) -> int:
         log_config=logging_config(settings.log_level, settings.log_format),
         timeout_graceful_shutdown=5,
     )
+    if served_tls is not None:
+        config.load()
+        config.ssl = served_tls.context  # asyncio wraps each new connection with it
+        # Certificates again on SIGHUP (certbot's and cert-manager's renewals send it); run
+        # between bytecodes on the main thread, the event loop's, so no handshake is mid-way.
+        signal.signal(signal.SIGHUP, lambda signum, frame: served_tls.reload())
+    scheme = "https" if served_tls is not None else "http"
     host, port = sock.getsockname()[:2]
     log.info(
-        "%s %s serving http://%s/ (backend %s)",
+        "%s %s serving %s://%s/ (backend %s)",
         PROG,
         __version__,
+        scheme,
         Address(host, port),
         backend.kind,
         extra={"listen": str(Address(host, port)), "backend": backend.kind},
@@ -222,7 +247,8 @@ def run(argv: list[str] | None = None) -> int:
     # few push rounds at the ingest limits; bench/limits_bench.py).
     gc.freeze()
     # No 10 Hz tick: idle, the exporter's event loop sleeps (server.py).
-    QuietServer(config).run(sockets=[sock])
+    # The TLS handshake gets the head's time bound: a client stalling in it is cut off alike.
+    QuietServer(config, ssl_handshake_timeout=settings.header_timeout).run(sockets=[sock])
     return 0
 
 

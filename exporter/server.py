@@ -8,17 +8,25 @@ the default headers (``httptools_impl`` reads ``server_state.default_headers`` o
 request), so it is still correct to the second. The tick's other jobs are options the exporter
 never sets: ``limit_max_requests`` and ``callback_notify`` (refused here, so they cannot be
 set by mistake and silently ignored).
+
+Over TLS its ``startup`` also bounds the handshake: uvicorn leaves asyncio's 60 s default, so
+a client that opens TLS and stalls would hold a connection a minute before the head timer
+(ingest/protocol.py), which starts after the handshake, could see it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import sys
 import time
 from email.utils import formatdate
 
 import uvicorn
 from uvicorn.server import ServerState
+
+STARTUP_FAILURE = 3  # uvicorn.server's exit code when the lifespan fails to start
 
 
 class _OnDemandDateState(ServerState):
@@ -50,7 +58,8 @@ class _OnDemandDateState(ServerState):
 class QuietServer(uvicorn.Server):
     """A ``uvicorn.Server`` that does nothing between requests until told to exit."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, ssl_handshake_timeout: float | None = None) -> None:
+        self._handshake_timeout = ssl_handshake_timeout
         if config.limit_max_requests is not None or config.callback_notify is not None:
             raise ValueError("QuietServer has no tick for limit_max_requests or callback_notify")
         self._exit: asyncio.Event | None = None
@@ -77,3 +86,35 @@ class QuietServer(uvicorn.Server):
         self._exit = asyncio.Event()
         if not self._should_exit:
             await self._exit.wait()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        config = self.config
+        if self._handshake_timeout is None or config.ssl is None or sockets is None:
+            await super().startup(sockets)
+            return
+        # uvicorn's startup for sockets it is given (uvicorn/server.py, 0.55), the handshake
+        # bounded: asyncio and uvloop both take ssl_handshake_timeout in create_server.
+        await self.lifespan.startup()
+        if self.lifespan.should_exit:
+            sys.exit(STARTUP_FAILURE)
+
+        def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config,
+                server_state=self.server_state,
+                app_state=self.lifespan.state,
+                _loop=_loop,
+            )
+
+        loop = asyncio.get_running_loop()
+        self.servers = [
+            await loop.create_server(
+                create_protocol,
+                sock=sock,
+                ssl=config.ssl,
+                backlog=config.backlog,
+                ssl_handshake_timeout=self._handshake_timeout,
+            )
+            for sock in sockets
+        ]
+        self.started = True

@@ -182,6 +182,12 @@ class Settings(BaseSettings):
         description="seconds an authenticated push has to send its body; then 408",
         json_schema_extra={"metavar": "S"},
     )
+    web_config_file: Path | None = Field(
+        default=None,
+        description="exporter-toolkit web config (TLS, basic_auth_users), as node_exporter "
+        "reads it; unset: plain HTTP, no basic auth",
+        json_schema_extra={"metavar": "PATH"},
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="least severe log records written"
     )
@@ -195,7 +201,7 @@ class Settings(BaseSettings):
         Address.parse(value)
         return value
 
-    @field_validator("ingest_token_file", mode="before")
+    @field_validator("ingest_token_file", "web_config_file", mode="before")
     @classmethod
     def _empty_path_is_unset(cls, value: object) -> object:
         # `MIRRORWATCH_INGEST_TOKEN_FILE=` (as compose writes `${VAR:-}`) means no file, not ".".

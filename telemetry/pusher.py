@@ -57,6 +57,12 @@ class Endpoint:
         path = f"{parts.path.rstrip('/')}/api/v1/runs/{run}/workers/{worker}"
         return cls(parts.scheme, parts.hostname, parts.port, path, token or None)
 
+    @property
+    def url(self) -> str:
+        """The exporter's address as a user would write it: ``https://host:9848``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}" + (f":{self.port}" if self.port is not None else "")
+
 
 def put(endpoint: Endpoint, body: bytes, timeout: float) -> tuple[Outcome, str]:
     """One PUT, all of it (connect, send, wait for the answer) within ``timeout`` seconds.
@@ -67,7 +73,11 @@ def put(endpoint: Endpoint, body: bytes, timeout: float) -> tuple[Outcome, str]:
     """
     connection: http.client.HTTPConnection
     if endpoint.scheme == "https":
-        connection = http.client.HTTPSConnection(endpoint.host, endpoint.port, timeout=timeout)
+        # The system's CAs, or the file in SSL_CERT_FILE (OpenSSL reads it on each call).
+        context = ssl.create_default_context()
+        connection = http.client.HTTPSConnection(
+            endpoint.host, endpoint.port, timeout=timeout, context=context
+        )
     else:
         connection = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout)
     headers = {"Content-Type": "application/json", "Connection": "close"}
@@ -80,6 +90,11 @@ def put(endpoint: Endpoint, body: bytes, timeout: float) -> tuple[Outcome, str]:
         connection.request("PUT", endpoint.path, body=body, headers=headers)
         response = connection.getresponse()
         detail = response.read(4096).decode("utf-8", "replace")
+    except ssl.SSLCertVerificationError as error:
+        return Outcome.UNREACHABLE, (
+            f"its certificate does not verify: {error.verify_message}; "
+            "set SSL_CERT_FILE to the CA that signed it"
+        )
     except (OSError, http.client.HTTPException, ssl.SSLError) as error:
         return Outcome.UNREACHABLE, f"{type(error).__name__}: {error}"
     finally:
@@ -193,8 +208,8 @@ class Pusher:
             self.dropped_total += 1
             self._warn_once(
                 "unreachable",
-                f"mirrorwatch: cannot reach the exporter at {self._endpoint.host}:"
-                f"{self._endpoint.port} ({reason}); training goes on, telemetry retries",
+                f"mirrorwatch: cannot reach the exporter at {self._endpoint.url} ({reason}); "
+                "training goes on, telemetry retries",
             )
         return outcome
 

@@ -54,9 +54,17 @@ def _sigint_as_in_a_terminal() -> Iterator[None]:
 
 @contextmanager
 def running_exporter(
-    args: Sequence[str], env: dict[str, str] | None = None, wait_for: str = "/healthz"
+    args: Sequence[str],
+    env: dict[str, str] | None = None,
+    wait_for: str = "/healthz",
+    scheme: str = "http",
+    client: httpx.Client | None = None,
 ) -> Iterator[RunningExporter]:
-    """Start the exporter, wait until ``wait_for`` answers, stop it (always) afterwards."""
+    """Start the exporter, wait until ``wait_for`` answers, stop it (always) afterwards.
+
+    ``client`` asks (an https one with the test CA and credentials, for a web config).
+    """
+    ask = client.get if client is not None else httpx.get
     port = free_port()
     with _sigint_as_in_a_terminal():
         process = subprocess.Popen(
@@ -66,14 +74,14 @@ def running_exporter(
             stderr=subprocess.PIPE,
             text=True,
         )
-    exporter = RunningExporter(f"http://127.0.0.1:{port}", process)
+    exporter = RunningExporter(f"{scheme}://127.0.0.1:{port}", process)
     try:
         deadline = time.monotonic() + 30
         while True:
             if process.poll() is not None:
                 raise RuntimeError(f"exporter exited early: {process.communicate()[1]}")
             try:
-                if httpx.get(exporter.url + wait_for, timeout=2).status_code < 600:
+                if ask(exporter.url + wait_for, timeout=2).status_code < 600:
                     break
             except httpx.TransportError:
                 if time.monotonic() > deadline:

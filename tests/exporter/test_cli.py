@@ -178,6 +178,7 @@ def test_the_flags_are_the_documented_ones() -> None:
         "--max-header-bytes",
         "--header-timeout",
         "--body-timeout",
+        "--web-config-file",
         "--log-level",
         "--log-format",
         "--list-scenarios",
