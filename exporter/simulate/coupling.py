@@ -32,8 +32,12 @@ _CACHED_SECONDS: Final = 4
 def link_share(sample: Sample) -> float:
     """The GPU's PCIe link speed now against its maximum (generation and width)."""
     link = sample.pcie
-    now = PCIE_LANE_BYTES_PER_SECOND[link.generation] * link.width
-    return now / (PCIE_LANE_BYTES_PER_SECOND[link.generation_max] * link.width_max)
+    generation, top_generation = link.generation, link.generation_max
+    width, top_width = link.width, link.width_max
+    if generation is None or top_generation is None or width is None or top_width is None:
+        return 1.0
+    now = PCIE_LANE_BYTES_PER_SECOND[generation] * width
+    return now / (PCIE_LANE_BYTES_PER_SECOND[top_generation] * top_width)
 
 
 class Run:

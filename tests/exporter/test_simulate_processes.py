@@ -79,6 +79,7 @@ def test_gpm_is_read_on_the_simulated_hopper_gpus_as_ratios() -> None:
         utilization = gpu.utilization_ratio()
         assert utilization is not None
         # SM activity counts computing SMs; utilisation counts the all-reduce's wait too.
+        assert reading.sm_activity_ratio is not None
         assert reading.sm_activity_ratio <= 0.85 * utilization + 1e-9
         activity.append(reading.sm_activity_ratio / utilization)
         for value in (
