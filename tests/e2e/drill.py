@@ -364,8 +364,11 @@ def running_drill(
 # --- training telemetry without TensorFlow -----------------------------------------------------
 
 
-def balanced_snapshot(gpus: Sequence[Mapping[str, Any]], sequence: int) -> str:
-    """A worker's cumulative state after ``sequence`` seconds of 20 steps/s on every GPU."""
+def balanced_snapshot(
+    gpus: Sequence[Mapping[str, Any]], sequence: int, frozen_after: int | None = None
+) -> str:
+    """A worker's cumulative state after ``sequence`` seconds of 20 steps/s on every GPU (no
+    step after ``frozen_after`` seconds, where given)."""
     return steady_training(
         gpus,
         sequence,
@@ -375,12 +378,17 @@ def balanced_snapshot(gpus: Sequence[Mapping[str, Any]], sequence: int) -> str:
         step_seconds=0.05,
         epoch=0,
         loss=1.0,
+        trained_seconds=frozen_after,
     )
 
 
 @contextmanager
 def synthetic_training(
-    drill: Drill, run: str, interval: float = 1.0, extra: Mapping[str, Any] | None = None
+    drill: Drill,
+    run: str,
+    interval: float = 1.0,
+    extra: Mapping[str, Any] | None = None,
+    frozen_after: int | None = None,
 ) -> Iterator[None]:
     """Push a steady, balanced training run through the ingest API every ``interval`` s, as
     the callback does, until the block ends; ``extra`` fields join every snapshot. Push
@@ -394,7 +402,7 @@ def synthetic_training(
         with httpx.Client(timeout=5) as client:
             while not stop.is_set():
                 sequence += 1
-                body = balanced_snapshot(gpus, sequence)
+                body = balanced_snapshot(gpus, sequence, frozen_after)
                 if extra:
                     body = json.dumps({**json.loads(body), **extra})
                 response = client.put(

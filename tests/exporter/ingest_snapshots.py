@@ -117,12 +117,16 @@ def steady_training(
     epoch: int,
     loss: float,
     scaling: Scaling | None = None,
+    trained_seconds: int | None = None,
 ) -> str:
     """A push body: ``sequence`` seconds of steady training on ``gpus`` (from /api/v1/gpus).
 
     Every step takes ``step_seconds``; each replica sits on one GPU, joined by its bus id.
+    ``trained_seconds`` (at most ``sequence``) stops the steps there: a worker that still
+    pushes while its steps are frozen, as one hung in a collective does.
     """
-    steps = steps_per_second * sequence
+    trained = sequence if trained_seconds is None else min(sequence, trained_seconds)
+    steps = steps_per_second * trained
     return TrainingSnapshot(
         schema=1,
         session=session,
