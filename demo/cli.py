@@ -70,6 +70,11 @@ DEMO_INTERVAL = "5s"
 BASELINE_STEPS = 20
 
 
+# Alerts a scenario drills that need the run's steps to stop: the demo's CPU trainer never
+# hangs, whatever the simulated GPUs show.
+NEEDS_FROZEN_STEPS = frozenset({"TrainingHungInCollective"})
+
+
 def expected_alerts() -> dict[str, tuple[str, ...]]:
     """The alerts each built-in scenario is meant to raise, by name, from its file's
     ``expected_alerts`` (docs/scenarios.md); an alert expected with two severities once."""
@@ -113,6 +118,13 @@ def expectation(scenario: str) -> str:
     routes = alertmanager_config()
     parts = []
     for alert in expected:
+        if alert.alert in NEEDS_FROZEN_STEPS:
+            parts.append(
+                f"{alert.alert} only once the run's steps stop ({alert.severity}): the demo's "
+                "trainer keeps stepping on CPU, so it stays quiet here "
+                "(tests/e2e/test_collective_hang.py drills it with a frozen worker)"
+            )
+            continue
         hold = parse_prometheus_duration(str(settings[alert.alert]["for"]))
         labels = {"alertname": alert.alert, "severity": alert.severity}
         wait = route_timers(routes, labels)["group_wait"]
