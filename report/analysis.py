@@ -43,6 +43,7 @@ def analyse(ask: Ask, t: Thresholds) -> Analysis:
         *hardware.pcie(ask, t),
         *processes.foreign_processes(ask),
         *workload.imbalance(ask, t),
+        *workload.stragglers(ask, t),
         *hardware.interconnect(ask),
         *hardware.temperature_headroom(ask, t),
         *workload.telemetry_gaps(ask, t),

@@ -21,6 +21,7 @@ from typing import Any
 
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.fragments import num
+from mirrorwatch.alerts.rules.costs import COST, COST_5M, COSTED_KINDS
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook
 from mirrorwatch.report.hardware import held_back
@@ -32,6 +33,8 @@ HIGH = "throughput lost, high bound"
 ALLREDUCE_SHARE = "measured all-reduce share of step time"
 LOST_IN_ALLREDUCE = "throughput lost in the all-reduce"
 LOST_IN_COPIES = "throughput lost in input copies"
+# The live cost at the range's end (alerts/rules/costs.py): the alert's and the Why panel's figure.
+LIVE_COST = "throughput lost over the last 5 minutes (live, as TrainingHeldBack says it)"
 # Kinds whose finding is the symptom of another one on the same host (a throttled, slower
 # or shared GPU shows as an imbalance): left out of the headline's sum when such a cause is
 # costed, so one lost second is not counted twice.
@@ -362,6 +365,27 @@ GPU_ERROR = Method(
 )
 
 
+def _straggler(ask: Ask, t: Thresholds, f: Finding) -> Queries:
+    s = ask.scope
+    series = f'{COST}{{cause="straggler",run="{s.run}"}}'
+    lost = f"max by (instance, gpu) (avg_over_time({series}[{s.window}]))"
+    high = f"max by (instance, gpu) (max_over_time({series}[{s.window}]))"
+    return Queries(lost, f"({lost}) / 2", high)
+
+
+STRAGGLER = Method(
+    "straggler",
+    "In a synchronous step every GPU waits for the slowest: what the straggler costs is the "
+    "others' wait for it. Measured where the workers time their all-reduces (the others' "
+    "mean all-reduce share beyond the straggler's); elsewhere estimated from power, since a "
+    "GPU waiting in the all-reduce draws close to idle: 1 - its peers' mean power over its own "
+    "(the idle draw in both makes this a low estimate). Read from the live cost the recording "
+    "rules keep, averaged over the range. Low bound: half of it; high bound: its highest "
+    "moment.",
+    _straggler,
+)
+
+
 METHODS: dict[str, Method] = {
     "thermal_throttling": CLOCK,
     "power_capping": CLOCK,
@@ -387,6 +411,7 @@ METHODS: dict[str, Method] = {
         "What happened during the gap is not in the telemetry, so neither is what it cost.",
     ),
     "none": Method("nothing lost", "Nothing found that costs throughput.", free=True),
+    "straggler": STRAGGLER,
 }
 
 
@@ -414,9 +439,24 @@ def _figure(ask: Ask, name: str, query: str, finding: Finding, per_gpu: bool) ->
     return figure
 
 
+def with_live_cost(ask: Ask, finding: Finding) -> Finding:
+    """The finding with the live cost of its GPU and cause at the range's end, as the recording
+    rules keep it and TrainingHeldBack and the Why panel read it (a run's report only)."""
+    run = ask.scope.run
+    if finding.kind not in COSTED_KINDS or run is None or finding.gpu is None:
+        return finding
+    query = f'max by (instance, gpu) ({COST_5M}{{cause="{finding.kind}",run="{run}"}})'
+    figure = _figure(ask, LIVE_COST, query, finding, True)
+    return finding if figure is None else replace(finding, figures=[*finding.figures, figure])
+
+
 def costed(ask: Ask, t: Thresholds, finding: Finding) -> Finding:
     """The finding with its cost (None where its methods give no number) and that cost's
     figures among its own: by the measured method where it gives one, else by the kind's."""
+    return with_live_cost(ask, _costed(ask, t, finding))
+
+
+def _costed(ask: Ask, t: Thresholds, finding: Finding) -> Finding:
     method = METHODS[finding.kind]
     if method.free:
         return replace(finding, cost=Cost(0.0, 0.0, 0.0, method.name))

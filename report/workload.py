@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.causes import cause
 from mirrorwatch.alerts.fragments import num
+from mirrorwatch.alerts.rules.costs import COST
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
 from mirrorwatch.report.svg import format_value
@@ -79,6 +80,47 @@ def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
                 figures,
                 cause("imbalance").runbook,
                 ("utilization", "spread"),
+            )
+        )
+    return findings
+
+
+def stragglers(ask: Ask, t: Thresholds) -> list[Finding]:
+    """The GPU of the run the others waited for in the all-reduce, by the live straggler cost
+    the recording rules keep (alerts/rules/costs.py): where its mean over the range reaches
+    TrainingHeldBack's cost."""
+    s = ask.scope
+    if s.run is None:
+        return []
+    limit = t.TrainingHeldBack.cost_ratio
+    series = f'{COST}{{cause="straggler",run="{s.run}"}}'
+    mean_query = f"max by (instance, gpu) (avg_over_time({series}[{s.window}]))"
+    share_query = (
+        f"max by (instance, gpu) (avg_over_time(({series} >= bool {num(limit)})[{s.window}:]))"
+    )
+    findings = []
+    for (instance, gpu), mean in ask.by_gpu(mean_query).items():
+        if mean < limit:
+            continue
+        labels = {"instance": instance, "gpu": gpu}
+        share = share_of(ask.by_gpu(share_query).get((instance, gpu)))
+        figures = [
+            f
+            for f in (ask.figure("mean straggler cost", "ratio", mean_query, labels),)
+            if f is not None
+        ]
+        findings.append(
+            Finding(
+                "straggler",
+                gpu,
+                instance,
+                share,
+                f"GPU {gpu} is the one the run's other GPUs waited for in the all-reduce, with no "
+                f"hardware cause the driver reports: it cost the run about {percent(mean)} of its "
+                "throughput over the range.",
+                figures,
+                cause("straggler").runbook,
+                ("utilization", "throughput"),
             )
         )
     return findings

@@ -36,6 +36,10 @@ STRAGGLER_WAIT = 0.05
 RUN_GPU_POWER = "run_gpu:mirrorwatch_gpu_power_watts:avg1m"
 
 
+# The finding kinds with a live cost, as the `cause` label of COST and COST_5M.
+COSTED_KINDS = (*(c.kind for c in THROTTLES), "straggler", "imbalance")
+
+
 def _zero_where_not(expr: str, every: str) -> str:
     """``expr`` on the GPUs it holds for, 0 on the other GPUs of ``every``."""
     return f"(\n  {expr}\n)\nor on ({RUN_GPU_KEY})\n({every}) * 0"

@@ -192,7 +192,9 @@ def test_imbalance_names_the_lagging_gpu(reports: Reports) -> None:
     assert top["share"] > 0.8
     assert top["runbook"] == "docs/runbook.md#gpuutilizationimbalance"
     figures = {f["name"]: f["value"] for f in top["evidence"]["figures"]}
-    assert figures["spread of the range means"] == pytest.approx(0.15, abs=0.02)
+    # Coupled: GPU 0 waits for the starved GPU 1 in the all-reduce, reading ~0.96 busy against
+    # ~0.83 (docs/scenarios.md, "Synchronous training").
+    assert figures["spread of the range means"] == pytest.approx(0.13, abs=0.02)
 
 
 def test_thermal_throttle_names_gpu_1_for_the_time_it_throttled(reports: Reports) -> None:
