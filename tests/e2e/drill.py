@@ -245,6 +245,14 @@ class Drill:
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
 
+    def query_at(self, expr: str, at: float) -> list[dict[str, Any]]:
+        response = httpx.get(
+            f"{self.prometheus.url}/api/v1/query", params={"query": expr, "time": at}, timeout=10
+        )
+        assert response.status_code == 200, response.text
+        result: list[dict[str, Any]] = response.json()["data"]["result"]
+        return result
+
     def first_sample_time(self, selector: str, value: float = 1.0) -> float:
         """Wall-clock time of the earliest scraped sample of ``selector`` equal to ``value``
         in the last 10 minutes."""
