@@ -376,7 +376,7 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
             variables=standard_variables(gpu_query=RUN_GPUS_QUERY, one_run=True),
             rows=[
                 alerts_row(),
-                why_row(run_causes(RUN_GPU), "the selected run"),
+                why_row(run_causes(RUN_GPU), "the selected run", RUN_GPU),
                 throughput_row(t),
                 balance_row(t),
                 sharing_row(t),

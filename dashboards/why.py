@@ -13,9 +13,10 @@ from grafana_foundation_sdk.models import dashboard as models
 from dashboards.layout import Row
 from dashboards.panels import PanelSpec, instant_table, organize, table_panel
 from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.causes import LIVE
+from mirrorwatch.alerts.causes import CAUSES, LIVE
 from mirrorwatch.alerts.queries import Select
 from mirrorwatch.alerts.rules import causes as rules
+from mirrorwatch.alerts.rules.costs import COST_5M
 
 RANK, EVIDENCE = "Value #A", "Value #B"
 COLUMNS = ["instance", "gpu", "run", "cause", "evidence", "value", "precedence"]
@@ -45,7 +46,8 @@ def _titles() -> list[models.ValueMapping]:
     return [
         models.ValueMap(
             options={
-                c.kind: models.ValueMappingResult(text=c.title, index=i) for i, c in enumerate(LIVE)
+                c.kind: models.ValueMappingResult(text=c.title, index=i)
+                for i, c in enumerate((*LIVE, *(c for c in CAUSES if c not in LIVE)))
             }
         )
     ]
@@ -81,5 +83,34 @@ def why_panel(queries: tuple[str, str], scope: str, *, width: int = 24) -> table
     )
 
 
-def why_row(queries: tuple[str, str], scope: str) -> Row:
-    return Row("Causes now", [why_panel(queries, scope)])
+def cost_panel(s: Select, *, width: int = 8) -> table.Panel:
+    """What each GPU of the selected runs costs its run now, by cause: the live 5-minute costs
+    TrainingHeldBack and the run report read (alerts/rules/costs.py)."""
+    spec = PanelSpec(
+        "Cost now",
+        "The share of its run's throughput each GPU cost over the last 5 minutes, by cause "
+        "(the run report's methods, recorded live): TrainingHeldBack fires at "
+        "5 % held 5 minutes, whether or not utilisation is balanced. A straggler (its peers "
+        "wait for it in the all-reduce at near-idle power) shows here though every GPU reads "
+        "busy.",
+        "percentunit",
+        [instant_table(f"sort_desc({s(COST_5M)})")],
+        width=width,
+        height=6,
+        decimals=1,
+        mappings=_titles(),
+        transformations=[
+            organize(
+                exclude=["Time", "__name__", "job", "uuid", "cluster", "host", "instance"],
+                rename={"Value": "cost"},
+                order=["run", "gpu", "cause", "cost"],
+            ),
+        ],
+    )
+    return table_panel(spec)
+
+
+def why_row(queries: tuple[str, str], scope: str, cost: Select | None = None) -> Row:
+    if cost is None:
+        return Row("Causes now", [why_panel(queries, scope)])
+    return Row("Causes now", [why_panel(queries, scope, width=16), cost_panel(cost)])
