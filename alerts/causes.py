@@ -108,19 +108,21 @@ CAUSES: tuple[Cause, ...] = (
     # One worker (or GPU) the others wait for in the all-reduce, with no hardware cause:
     # measured where the workers time their all-reduces, else from the waiting peers' power.
     Cause("straggler", "Straggler", "TrainingHeldBack", held_back="computes slower than its peers"),
-    Cause("imbalance", "Utilisation imbalance", "GpuUtilizationImbalance"),
     Cause(
         "interconnect",
         "Slow GPU interconnect",
         "GpuNvlinkDown",
         evidence="peer GPUs reached without NVLink",
     ),
+    # One GPU lagging the busiest with no hardware cause (most likely its own input).
     Cause(
-        "input_bound",
-        "Input-bound",
+        "imbalance",
+        "Utilisation imbalance",
         "GpuUtilizationImbalance",
         evidence="busy share below the busiest GPU",
     ),
+    # Every GPU of the run starved (the busiest below busy): the report's, over a range.
+    Cause("input_bound", "Input-bound", "GpuUtilizationImbalance"),
     Cause("temperature_headroom", "Little temperature headroom", "GpuTemperatureNearSlowdown"),
     Cause("telemetry_gap", "Gap in the telemetry", "MirrorwatchExporterDown"),
     Cause(

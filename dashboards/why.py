@@ -13,7 +13,7 @@ from grafana_foundation_sdk.models import dashboard as models
 from dashboards.layout import Row
 from dashboards.panels import PanelSpec, instant_table, organize, table_panel
 from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.causes import CAUSES, LIVE
+from mirrorwatch.alerts.causes import CAUSES, LIVE, cause
 from mirrorwatch.alerts.queries import Select
 from mirrorwatch.alerts.rules import causes as rules
 from mirrorwatch.alerts.rules.costs import COST_5M
@@ -60,8 +60,8 @@ def why_panel(queries: tuple[str, str], scope: str, *, width: int = 24) -> table
         "Why",
         f"The known causes that hold now on each GPU of {scope}, most likely first, with the "
         "value that shows each (its evidence says what it is and in which unit). The order "
-        f"is the run report's: {precedence}. Input-bound means none of the others holds "
-        "while the GPU lags the busiest by more than the imbalance threshold; the "
+        f"is the run report's: {precedence}. {cause('imbalance').title} means none of the "
+        "others holds while the GPU lags the busiest by more than the imbalance threshold; the "
         "GpuUtilizationImbalance alert names the first cause of its lagging GPU.",
         "none",
         [instant_table(rank), instant_table(evidence)],

@@ -146,7 +146,7 @@ def interconnect(members: str, key: str) -> str:
     )
 
 
-def _before(level: str, kind: str = "input_bound") -> str:
+def _before(level: str, kind: str = "imbalance") -> str:
     """The causes of ``level`` recorded before ``kind`` in this evaluation. Never ``kind`` itself
     or what follows it: their series of the evaluation before are still within the lookback
     window, and a rule would be ``unless`` its own last sample, every other minute."""
@@ -197,7 +197,7 @@ def host_rules(t: Thresholds) -> list[Record]:
                 "key": q.GPU_KEY,
                 "known": known,
             },
-            _labels(cause("input_bound")),
+            _labels(cause("imbalance")),
         ),
         Record(
             GPU_CAUSE,
@@ -236,7 +236,7 @@ def run_rules(t: Thresholds) -> list[Record]:
         Record(
             RUN_GPU_CAUSE,
             f"(\n  {lag}\n) > {num(t.GpuUtilizationImbalance.spread_ratio)}\nunless {known}",
-            labels=_labels(cause("input_bound")),
+            labels=_labels(cause("imbalance")),
         ),
         Record(
             RUN_GPU_CAUSE,
@@ -304,10 +304,10 @@ def _phrases(level: str, key: str, group: str) -> dict[str, str]:
         + _evidence_of(level, "interconnect", key, "")
         + f" of {group}'s other GPUs without NVLink{cross_numa}: every all-reduce waits on "
         "its slowest link.",
-        "input_bound": f"No hardware cause on {_THIS_GPU}: most likely its input pipeline (its "
+        "imbalance": f"No hardware cause on {_THIS_GPU}: most likely its input pipeline (its "
         + _BALANCE_SOURCE
         + " is "
-        + _evidence_of(level, "input_bound", key, "humanizePercentage")
+        + _evidence_of(level, "imbalance", key, "humanizePercentage")
         + f" below {group}'s busiest GPU"
         + (_step_time() if key == RUN_UUID_KEY else "")
         + ").",

@@ -80,7 +80,7 @@ def estimated_straggler() -> str:
     )
     top = f"{power} == on ({q.RUN_KEY}) group_left () max by ({q.RUN_KEY}) ({power})"
     pair = f"on ({q.RUN_KEY}) (count by ({q.RUN_KEY}) ({power}) > 1)"
-    known = f'{RUN_GPU_CAUSE}{{cause!~"input_bound|none"}}'
+    known = f'{RUN_GPU_CAUSE}{{cause!~"imbalance|none"}}'
     return fill(
         "clamp_min(1 - («peers») / «power», 0)\nand «top»\nand «pair»\nunless on («key») «known»",
         {
@@ -96,7 +96,7 @@ def estimated_straggler() -> str:
 
 def imbalance_cost() -> str:
     """The run GPU's lag behind the busiest, where the cause rules found no other cause."""
-    return f'max by ({RUN_GPU_KEY}) ({RUN_GPU_CAUSE}{{cause="input_bound"}})'
+    return f'max by ({RUN_GPU_KEY}) ({RUN_GPU_CAUSE}{{cause="imbalance"}})'
 
 
 def rules(t: Thresholds) -> list[Record]:

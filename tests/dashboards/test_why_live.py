@@ -141,7 +141,7 @@ def settled(stack: Stack) -> bool:
         thermal is not None
         and thermal["cause"] == "thermal_throttling"
         and starved is not None
-        and starved["cause"] == "input_bound"
+        and starved["cause"] == "imbalance"
         and narrow is not None
         and narrow["cause"] == "pcie_degraded"
     )
@@ -187,11 +187,11 @@ def test_heat_is_named_first_on_the_throttled_gpu_with_its_temperature(stack: St
     assert [row["cause"] for row in table if row["gpu"] == "0"] == ["none"]
 
 
-def test_a_starved_gpu_reads_as_input_bound_by_how_far_it_lags(stack: Stack) -> None:
+def test_a_starved_gpu_reads_as_an_imbalance_by_how_far_it_lags(stack: Stack) -> None:
     table = rows(stack, "Training balance", "imbalance")
     first = first_cause(table, "1")
     assert first is not None
-    assert first["cause"] == "input_bound"
+    assert first["cause"] == "imbalance"
     # 0.80 against 0.95 in the scenario, with noise: well over the 5-point threshold.
     assert 0.08 < first["value"] < 0.25
     assert [row["cause"] for row in table if row["gpu"] == "0"] == ["none"]
