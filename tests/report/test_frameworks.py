@@ -120,6 +120,23 @@ def ddp_report(stack: Stack) -> RunReport:
 
 
 @pytest.fixture(scope="module")
+def slow_rank_report(stack: Stack) -> RunReport:
+    """Two DDP ranks on the simulated host's GPUs 0 and 1, rank 1 slower to compute each step:
+    rank 0 waits for it in every all-reduce, which its monitor times."""
+    out = stack.workdir / "slow-rank"
+    out.mkdir()
+    gpus = httpx.get(f"{stack.exporter}/api/v1/gpus", timeout=5).json()["gpus"]
+    bus_ids = ",".join(gpu["pci_bus_id"] for gpu in gpus[:RANKS])
+    command = [sys.executable, "-m", "tests.torch_monitor.ddp_fit", "--url", stack.exporter]
+    command += ["--bus-ids", bus_ids, "--steps", str(STEPS), "--out", str(out)]
+    command += ["--slow-rank", "1", "--slow-seconds", "0.02"]
+    job = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert job.returncode == 0, job.stderr[-4000:]
+    ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(RANKS)]
+    return _report(stack, ranks[0]["run"], STEPS, ranks)
+
+
+@pytest.fixture(scope="module")
 def mwms_report(stack: Stack) -> RunReport:
     """Two MultiWorkerMirroredStrategy workers (tf_keras, loopback gRPC) of one CPU replica
     each, both pushing to the host's exporter (tests/trainer/multi_worker_fit.py)."""
@@ -195,3 +212,22 @@ def test_a_multi_worker_run_counts_its_steps_once_and_sums_its_examples(
 def test_a_multi_worker_run_on_cpus_has_no_gpu_pinned_on_it(mwms_report: RunReport) -> None:
     assert mwms_report.headline["gpus_reported"] is False
     assert all(f["kind"] in ("none", "telemetry_gap") for f in mwms_report.data["findings"])
+
+
+def test_a_ddp_rank_slower_to_compute_is_the_straggler_by_its_measured_all_reduce_wait(
+    slow_rank_report: RunReport,
+) -> None:
+    """Rank 1 (GPU 1) computes 20 ms longer a step; rank 0 waits that long in each all-reduce.
+    The live straggler cost names GPU 1 by the workers' measured all-reduce shares (the rules'
+    measured method: the others' share beyond the straggler's), and the report reads it."""
+    found = [f for f in slow_rank_report.data["findings"] if f["kind"] == "straggler"]
+    assert [f["gpu"] for f in found] == ["1"], slow_rank_report.data["findings"]
+    cost = found[0]["cost"]
+    assert cost is not None
+    assert cost["fraction"] >= 0.05
+    assert cost["low"] <= cost["fraction"] <= cost["high"] <= 1
+    assert "waited for in the all-reduce" in found[0]["summary"]
+    # The measured share, not the power estimate: no simulated GPU of a healthy pair draws
+    # anywhere near the 5% it would take.
+    figures = {f["name"]: f["value"] for f in found[0]["evidence"]["figures"]}
+    assert figures["mean straggler cost"] == pytest.approx(cost["fraction"], abs=1e-4)

@@ -6,7 +6,9 @@ rank's MirrorwatchMonitor pushing to one exporter, as torchrun's processes would
 Rank r trains on BATCH + r examples a step (so each worker's examples are its own) and stands
 on the r-th bus id (``MIRRORWATCH_REPLICA_PCI_BUS_IDS``, its one replica). ``--starve-rank``
 makes that rank wait ``--starve-seconds`` for its data before every step, as a rank with a slow
-input pipeline does: the other ranks then wait for it in their all-reduces. Each rank writes
+input pipeline does; ``--slow-rank`` makes that rank take ``--slow-seconds`` longer to compute
+every step (between its forward and backward passes), as a rank on a slower GPU does: either way
+the other ranks wait for it in their all-reduces. Each rank writes
 ``DIR/rank-<r>.json``: the run id its monitor used, its steps and examples.
 """
 
@@ -51,6 +53,8 @@ def rank_main(rank: int, options: argparse.Namespace, port: int) -> None:
                 time.sleep(options.starve_seconds)
             x, y = torch.randn(batch, 32), torch.randn(batch, 1)
             loss = torch.nn.functional.mse_loss(model(x), y)
+            if rank == options.slow_rank:
+                time.sleep(options.slow_seconds)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -72,6 +76,8 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument("--starve-rank", type=int, default=-1)
     parser.add_argument("--starve-seconds", type=float, default=0.05)
+    parser.add_argument("--slow-rank", type=int, default=-1)
+    parser.add_argument("--slow-seconds", type=float, default=0.02)
     parser.add_argument("--out", required=True)
     options = parser.parse_args()
     os.environ.pop("MIRRORWATCH_RUN", None)
