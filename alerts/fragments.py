@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 OPEN, CLOSE = "«", "»"
-_FRAGMENT = re.compile(r"«(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<percent>:%)?»")
+_FRAGMENT = re.compile(r"«(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<unit>:%|:pp)?»")
 
 Fragment = str | float | int | Sequence[int]
 MAX_NESTING = 4
@@ -32,6 +32,11 @@ def num(value: float) -> str:
 
 def percent(ratio: float) -> str:
     return f"{num(round(ratio * 100, 6))}%"
+
+
+def points(difference: float) -> str:
+    """A difference of two ratios in percentage points, as the run report writes one: 5 pp."""
+    return f"{num(round(difference * 100, 6))} pp"
 
 
 def render(value: Fragment) -> str:
@@ -51,7 +56,8 @@ def dedent(text: str) -> str:
 
 
 def fill(text: str, fragments: Mapping[str, Fragment], _depth: int = 0) -> str:
-    """``text`` with every «name» replaced by its fragment, «name:%» by a ratio as a percentage.
+    """``text`` with every «name» replaced by its fragment, «name:%» by a ratio as a percentage,
+    «name:pp» by a difference of ratios in percentage points.
 
     A fragment may name others in turn. A multi-line fragment is indented like the line it
     starts on, so a shared piece of PromQL lines up inside the expression that uses it.
@@ -64,10 +70,10 @@ def fill(text: str, fragments: Mapping[str, Fragment], _depth: int = 0) -> str:
         if name not in fragments:
             raise FragmentError(f"unknown fragment «{name}» in {text!r}")
         value = fragments[name]
-        if match["percent"]:
+        if unit := match["unit"]:
             if not isinstance(value, int | float):
-                raise FragmentError(f"«{name}:%» needs a number, got {value!r}")
-            return percent(value)
+                raise FragmentError(f"«{name}{unit}» needs a number, got {value!r}")
+            return percent(value) if unit == ":%" else points(value)
         rendered = fill(render(value), fragments, _depth + 1)
         line_start = text.rfind("\n", 0, match.start()) + 1
         line = text[line_start : match.start()]

@@ -21,6 +21,11 @@ HOST = "{{ or $labels.host $labels.instance }}"
 GPU = fill("GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on «host»", {"host": HOST})
 WORKER = fill("worker {{ $labels.worker }} of run {{ $labels.run }} on «host»", {"host": HOST})
 PCT = "{{ $value | humanizePercentage }}"
+# A difference of two ratios (a spread, a lag) in percentage points with one decimal, as the run
+# report writes it (report/words.py: 15.2 pp). Prometheus's templates have no arithmetic, so a
+# query multiplies (a scalar's query result is a one-sample vector, rules.EngineQueryFunc).
+_ONE_DECIMAL = '{{ . | first | value | printf "%.1f" }}'
+POINTS = fill('{{ with printf "100 * %f" $value | query }}«one»{{ end }} pp', {"one": _ONE_DECIMAL})
 
 
 def matchers(key: str, of: str = "$labels") -> tuple[str, str]:
@@ -45,6 +50,22 @@ def value_of(metric: str, key: str = UUID_KEY, extra: str = "", pipe: str = "") 
             "extra": f",{extra}" if extra else "",
             "args": args,
             "pipe": f" | {pipe}" if pipe else "",
+        },
+    )
+
+
+def points_of(metric: str, key: str = UUID_KEY, extra: str = "") -> str:
+    """A template piece printing ``metric`` (a difference of ratios) for this alert's own
+    ``key`` in percentage points, as POINTS does."""
+    wanted, args = matchers(key)
+    return fill(
+        "{{ with printf `100 * «metric»{«wanted»«extra»}` «args» | query }}«one»{{ end }} pp",
+        {
+            "metric": metric,
+            "wanted": wanted,
+            "extra": f",{extra}" if extra else "",
+            "args": args,
+            "one": _ONE_DECIMAL,
         },
     )
 

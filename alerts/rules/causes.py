@@ -24,7 +24,7 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.causes import LIVE, Cause, cause
 from mirrorwatch.alerts.fragments import dedent, fill, num
 from mirrorwatch.alerts.rules import Record
-from mirrorwatch.alerts.templates import gpu_value, matchers, value_of
+from mirrorwatch.alerts.templates import gpu_value, matchers, points_of, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
 
 GPU_CAUSE = "instance_gpu:mirrorwatch_gpu_cause:evidence"
@@ -307,7 +307,7 @@ def _phrases(level: str, key: str, group: str) -> dict[str, str]:
         "imbalance": f"No hardware cause on {_THIS_GPU}: most likely its input pipeline (its "
         + _BALANCE_SOURCE
         + " is "
-        + _evidence_of(level, "imbalance", key, "humanizePercentage")
+        + points_of(level, key, 'cause="imbalance"')
         + f" below {group}'s busiest GPU"
         + (_step_time() if key == RUN_UUID_KEY else "")
         + ").",

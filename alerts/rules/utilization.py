@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.rules import Alert, causes
-from mirrorwatch.alerts.templates import gpu_value, value_of
+from mirrorwatch.alerts.templates import POINTS, gpu_value, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
 
 FULL_SUMMARY = "GPU {{ $labels.gpu }} of «HOST» memory is nearly full"
@@ -27,11 +27,12 @@ def alerts(t: Thresholds) -> list[Alert]:
             """,
             "GPU utilisation imbalance in run {{ $labels.run }}",
             'The 1-minute mean {{ if eq $labels.source "sm_activity" }}SM activity (GPM)'
-            "{{ else }}utilisation{{ end }} of the GPUs of run {{ $labels.run }} spans «PCT» "
-            "(more than «spread_ratio:%»). «GPU» lags the most, at «lagging». «why»",
-            "«PCT»",
+            "{{ else }}utilisation{{ end }} of the GPUs of run {{ $labels.run }} spans «points» "
+            "(more than «spread_ratio:pp»). «GPU» lags the most, at «lagging». «why»",
+            "«points»",
             labels={"scope": "run"},
             fragments={
+                "points": POINTS,
                 "labels_of_lagging_gpu": q.labels_of_extreme(q.RUN_GPU_BALANCE, "run", "min"),
                 "lagging": value_of(
                     q.RUN_GPU_BALANCE, q.key("run", "uuid"), pipe="humanizePercentage"
@@ -48,11 +49,12 @@ def alerts(t: Thresholds) -> list[Alert]:
             """,
             "GPU utilisation imbalance on «HOST»",
             "The 1-minute mean utilisation of the busy GPUs of «HOST» that "
-            "report no training run spans «PCT» (more than «spread_ratio:%»). «GPU», "
+            "report no training run spans «points» (more than «spread_ratio:pp»). «GPU», "
             "«RUN_OF_GPU», lags the most, at «lagging». «why»",
-            "«PCT»",
+            "«points»",
             labels={"scope": "host"},
             fragments={
+                "points": POINTS,
                 "labels_of_lagging_gpu": q.labels_of_extreme(busy_unassigned, q.TARGET_KEY, "min"),
                 "lagging": gpu_value(q.GPU_UTIL, "humanizePercentage"),
                 "why": causes.why_host(t.runbook_url),

@@ -52,7 +52,7 @@ def test_changing_the_imbalance_threshold_is_one_edit(tmp_path: Path) -> None:
     assert len(rules) == 2
     for rule in rules:
         assert "spread1m > 0.08" in rule["expr"]
-        assert "(more than 8%)" in rule["annotations"]["description"]
+        assert "(more than 8 pp)" in rule["annotations"]["description"]
 
 
 def test_runbook_base_url_and_exporter_job_are_configurable(tmp_path: Path) -> None:
