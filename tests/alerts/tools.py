@@ -68,7 +68,14 @@ def binary(name: str) -> str:
     return path
 
 
-def run(args: list[str], cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+# A guard against a hung tool, not a speed bar: promtool runs a file's cases in well under 10 s
+# on an idle machine, and took over 60 s on this 2-core one at a load of 40.
+TOOL_TIMEOUT_SECONDS = 600
+
+
+def run(
+    args: list[str], cwd: Path = REPO, timeout: float = TOOL_TIMEOUT_SECONDS
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
     )
