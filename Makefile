@@ -107,8 +107,9 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 typecheck: install
-	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer -p mirrorwatch.alerts \
-	  -p mirrorwatch.report -p mirrorwatch.doctor -p mirrorwatch.telemetry -p mirrorwatch.torch
+	$(VENV)/bin/mypy -p mirrorwatch.contract -p mirrorwatch.exporter -p mirrorwatch.trainer \
+	  -p mirrorwatch.alerts -p mirrorwatch.report -p mirrorwatch.doctor -p mirrorwatch.telemetry \
+	  -p mirrorwatch.torch
 	$(VENV)/bin/mypy tests bench dashboards demo
 
 pytest: install tools
@@ -149,6 +150,7 @@ bench: install tools
 	  --out $(BENCH_OUT)/nvml-calls.json
 	$(PY) bench/trainer_bench.py --out $(BENCH_OUT)/trainer.json
 	$(PY) bench/torch_bench.py --out $(BENCH_OUT)/torch.json
+	$(PY) bench/import_bench.py --out $(BENCH_OUT)/import.json
 	$(PY) bench/ingest_bench.py --out $(BENCH_OUT)/ingest.json
 	$(PY) bench/limits_bench.py --out $(BENCH_OUT)/limits.json
 	$(PY) bench/soak_bench.py --out $(BENCH_OUT)/soak.json

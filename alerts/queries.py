@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mirrorwatch.alerts.fragments import num
+from mirrorwatch.contract.causes import Cause
+from mirrorwatch.contract.labels import GPU_KEY, RUN_KEY, UUID_KEY, WORKER_KEY
+from mirrorwatch.contract.pcie import PCIE_LANE_BYTES_PER_SECOND
 
 
 @dataclass(frozen=True)
@@ -31,41 +34,6 @@ class Select:
 
 
 RULES = Select()
-
-# Every grouping keeps `cluster` and `host`: the external labels a per-host agent (vmagent,
-# Prometheus agent mode) adds before it remote-writes to a central store (deploy/fleet/,
-# docs/fleet.md). There every host's exporter may be `localhost:9848`, so `job, instance`
-# alone would merge hosts. On one Prometheus the two labels are absent and change nothing,
-# as kubernetes-mixin's `clusterLabel` groupings do.
-# Every alert-text lookup uses the same keys (mirrorwatch.alerts.templates), so it can never
-# find another host's series; rules and templates name them as «fragments», never literally.
-TARGET_LABELS = ("cluster", "host", "job", "instance")
-
-
-def key_labels(*labels: str) -> tuple[str, ...]:
-    """A grouping key as a list of names (Alertmanager's `equal`): the target's, then ``labels``."""
-    return (*TARGET_LABELS, *labels)
-
-
-def key(*labels: str) -> str:
-    """A grouping key as PromQL writes it: the target's labels, then ``labels``."""
-    return ", ".join(key_labels(*labels))
-
-
-TARGET_KEY = key()
-GPU_KEY = key("gpu", "uuid")
-# A GPU as the training series name it: their `gpu` is the trainer's index, not NVML's.
-UUID_KEY = key("uuid")
-WORKER_KEY = key("run", "worker")
-RUN_KEY = key("run")
-# The key sets as rule text names them.
-KEY_FRAGMENTS = {
-    "TARGET_KEY": TARGET_KEY,
-    "GPU_KEY": GPU_KEY,
-    "UUID_KEY": UUID_KEY,
-    "WORKER_KEY": WORKER_KEY,
-    "RUN_KEY": RUN_KEY,
-}
 
 # A MIG parent's utilisation is no measure of its instances' work (NVML answers NotSupported
 # there, and GPM on the parent mixes instances that may serve different jobs): the per-GPU
@@ -108,18 +76,6 @@ RUN_THROUGHPUT_BASELINE = "run:mirrorwatch_training_examples_per_second:median1h
 RUN_WORKERS = "run:mirrorwatch_training_active:count"
 
 # --- clock-event (throttle) reasons ---------------------------------------------------------------
-
-THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown")
-POWER_CAP_REASONS = ("sw_power_cap",)
-HARDWARE_SLOWDOWN_REASONS = ("hw_slowdown", "hw_power_brake_slowdown")
-# The reasons that cost speed; gpu_idle and the display/application settings do not.
-SLOWDOWN_REASONS = (
-    "sw_power_cap",
-    "hw_slowdown",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-)
 
 
 def reasons(names: Sequence[str]) -> str:
@@ -469,6 +425,14 @@ def throttled_now(s: Select, violation: str, clock_reasons: Sequence[str]) -> st
     )
 
 
+def held(cause: Cause, s: Select) -> str:
+    """Each GPU held back for ``cause`` at each moment (a cause with clock reasons): the one
+    condition the live cause and cost rules and the run report read."""
+    if cause.violation is None:
+        return f"max by ({GPU_KEY}) ({clock_events(s, cause.clock_reasons)})"
+    return throttled_now(s, cause.violation, cause.clock_reasons)
+
+
 def throttled_seconds(s: Select, violation: str, window: str) -> str:
     """Seconds the driver counted a GPU held back for one cause over ``window``."""
     counter = s("mirrorwatch_gpu_throttle_seconds_total", f'reason="{violation}"')
@@ -537,18 +501,6 @@ def push_silence(s: Select) -> str:
 
 
 # --- the run report's costs (report/cost.py, docs/report.md "What each cause cost") -------------
-
-# Payload bytes per second one PCIe lane carries in each direction, by generation: the line
-# rate after encoding (8b/10b to gen 2, 128b/130b from gen 3, FLIT 242/256 at gen 6; PCI-SIG
-# base specifications), before packet overhead.
-PCIE_LANE_BYTES_PER_SECOND = {
-    1: 2.5e8,
-    2: 5.0e8,
-    3: 8e9 * 128 / 130 / 8,
-    4: 16e9 * 128 / 130 / 8,
-    5: 32e9 * 128 / 130 / 8,
-    6: 64e9 * 242 / 256 / 8,
-}
 
 
 def held_sum(

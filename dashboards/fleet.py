@@ -31,13 +31,15 @@ from dashboards.selectors import GPU, HOST, RUN, firing_alerts
 from dashboards.variables import standard_variables
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import SLOWDOWN_REASONS
+from mirrorwatch.contract.labels import TARGET_KEY
 
 TITLE = "Fleet"
 # One row per host at a central store too: there `cluster` and `host` (the agents' external
 # labels, deploy/fleet/) tell hosts apart whose exporters are all `localhost:9848`. On a
 # single-host Prometheus both are absent and the rows are the same.
-PER_HOST = f"by ({q.TARGET_KEY})"
-SLOWDOWN = q.reasons(q.SLOWDOWN_REASONS)
+PER_HOST = f"by ({TARGET_KEY})"
+SLOWDOWN = q.reasons(SLOWDOWN_REASONS)
 HAS_INSTANCE = 'instance!=""'
 
 
@@ -219,7 +221,7 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
                                 "none",
                                 [
                                     Query(
-                                        f"sum {PER_HOST} (max by ({q.TARGET_KEY}, gpu) ("
+                                        f"sum {PER_HOST} (max by ({TARGET_KEY}, gpu) ("
                                         + GPU("mirrorwatch_gpu_clocks_event_active", SLOWDOWN)
                                         + "))",
                                         "{{instance}}",

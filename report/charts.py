@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import (
+    HARDWARE_SLOWDOWN_REASONS,
+    POWER_CAP_REASONS,
+    THERMAL_REASONS,
+)
 from mirrorwatch.report.prometheus import Prometheus, Series
 from mirrorwatch.report.scope import Scope
 from mirrorwatch.report.svg import (
@@ -246,9 +251,9 @@ class Charts:
         )
         sel = self.scope.gpus_select
         causes = (
-            ("thermal", q.THERMAL_REASONS),
-            ("power cap", q.POWER_CAP_REASONS),
-            ("hardware", q.HARDWARE_SLOWDOWN_REASONS),
+            ("thermal", THERMAL_REASONS),
+            ("power cap", POWER_CAP_REASONS),
+            ("hardware", HARDWARE_SLOWDOWN_REASONS),
         )
         rows = []
         for cause, clock_reasons in causes:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mirrorwatch.alerts import causes
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract import causes
+from mirrorwatch.contract.labels import GPU_KEY
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
 from mirrorwatch.report.scope import Gpu
 from mirrorwatch.report.words import percent, plural
@@ -29,7 +30,7 @@ def _figures(ask: Ask, gpu: Gpu, wanted: Sequence[tuple[str, str, str]]) -> list
 def held_back(sel: q.Select, kind: str) -> str:
     """The GPUs held back for the throttling ``kind`` at each moment (one of causes.THROTTLES):
     the same condition the live cause rules use."""
-    return causes.cause(kind).held(sel)
+    return q.held(causes.cause(kind), sel)
 
 
 def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
@@ -197,7 +198,7 @@ def interconnect(ask: Ask) -> list[Finding]:
                 causes.cause("interconnect").runbook,
             )
         )
-    down_query = _held(ask, f"max by ({q.GPU_KEY}) ({q.nvlink_down(sel)})")
+    down_query = _held(ask, f"max by ({GPU_KEY}) ({q.nvlink_down(sel)})")
     for gpu in s.gpus:
         figure = ask.figure("share of the range", "ratio", down_query, _labels(gpu))
         if figure is not None and figure.value > 0:

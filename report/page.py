@@ -7,7 +7,7 @@ from dataclasses import replace
 from html import escape
 from typing import Any
 
-from mirrorwatch.alerts.causes import TITLES
+from mirrorwatch.contract.causes import TITLES
 from mirrorwatch.report.analysis import NOTHING_WRONG, Analysis
 from mirrorwatch.report.charts import Chart
 from mirrorwatch.report.cost import METHODS, in_words, method_of

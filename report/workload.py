@@ -7,10 +7,10 @@ import statistics
 from collections.abc import Sequence
 
 from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.causes import cause
 from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.rules.costs import COST
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import cause
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
 from mirrorwatch.report.svg import format_value
 from mirrorwatch.report.words import percent

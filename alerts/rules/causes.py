@@ -8,7 +8,7 @@ causes, a process that is not the run's, a slower interconnect than its run peer
 when none of these holds, waiting on input (it lags the run's busiest GPU by more than the
 imbalance threshold) or none. Each series carries `cause` (the report's finding kind) and
 `evidence` (what its value is, with the unit); `:rank` gives its precedence (1 first) from
-mirrorwatch.alerts.causes, `:likely` the first of each GPU.
+mirrorwatch.contract.causes, `:likely` the first of each GPU.
 
 The rules run in order within their group, so a later one reads what an earlier one recorded
 at the same evaluation (Prometheus commits each rule's samples before the next:
@@ -21,11 +21,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.causes import LIVE, Cause, cause
 from mirrorwatch.alerts.fragments import dedent, fill, num
 from mirrorwatch.alerts.rules import Record
 from mirrorwatch.alerts.templates import gpu_value, matchers, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import LIVE, Cause, cause
+from mirrorwatch.contract.labels import GPU_KEY, RUN_KEY, TARGET_KEY, UUID_KEY, key
 
 GPU_CAUSE = "instance_gpu:mirrorwatch_gpu_cause:evidence"
 GPU_CAUSE_RANK = "instance_gpu:mirrorwatch_gpu_cause:rank"
@@ -41,9 +42,9 @@ HARDWARE = tuple(
 )
 # A process that is not a run's is known only for the GPUs of a run.
 HOST_LIVE = tuple(c for c in LIVE if c.kind != "foreign_process")
-RUN_GPU_KEY = q.key("run", "gpu", "uuid")
+RUN_GPU_KEY = key("run", "gpu", "uuid")
 # What the alert looks its run GPU up by.
-RUN_UUID_KEY = q.key("run", "uuid")
+RUN_UUID_KEY = key("run", "uuid")
 SM_CLOCK = 'clock="sm"'
 
 
@@ -52,26 +53,26 @@ def _labels(c: Cause) -> dict[str, str]:
 
 
 def _per_gpu(metric: str, *matchers: str) -> str:
-    return f"max by ({q.GPU_KEY}) ({q.RULES(metric, *matchers)})"
+    return f"max by ({GPU_KEY}) ({q.RULES(metric, *matchers)})"
 
 
 def _share(metric: str, limit: str, *matchers: str) -> str:
-    return f"{_per_gpu(metric, *matchers)}\n/ on ({q.GPU_KEY})\n{_per_gpu(limit, *matchers)}"
+    return f"{_per_gpu(metric, *matchers)}\n/ on ({GPU_KEY})\n{_per_gpu(limit, *matchers)}"
 
 
 def _throttled(c: Cause) -> str:
     """Each GPU held back for this cause at this evaluation: the report's "throttled now"."""
-    return c.held(q.RULES)
+    return q.held(c, q.RULES)
 
 
 def hardware_rules(t: Thresholds) -> list[Record]:
     sm_clock = _share("mirrorwatch_gpu_clock_hertz", "mirrorwatch_gpu_clock_max_hertz", SM_CLOCK)
     pcie = (
         f"{_per_gpu('mirrorwatch_gpu_pcie_link_width')}\n"
-        f"* on ({q.GPU_KEY}) {_per_gpu('mirrorwatch_gpu_pcie_link_generation')}\n"
-        f"/ on ({q.GPU_KEY})\n"
+        f"* on ({GPU_KEY}) {_per_gpu('mirrorwatch_gpu_pcie_link_generation')}\n"
+        f"/ on ({GPU_KEY})\n"
         f"(\n  {_per_gpu('mirrorwatch_gpu_pcie_link_width_max')}\n"
-        f"  * on ({q.GPU_KEY}) {_per_gpu('mirrorwatch_gpu_pcie_link_generation_max')}\n)"
+        f"  * on ({GPU_KEY}) {_per_gpu('mirrorwatch_gpu_pcie_link_generation_max')}\n)"
     )
     evidence = {
         "hardware_slowdown": sm_clock,
@@ -82,14 +83,14 @@ def hardware_rules(t: Thresholds) -> list[Record]:
     conditions = {c.kind: _throttled(c) for c in HARDWARE if c.clock_reasons} | {
         "pcie_degraded": fill(
             "max by («key») (\n  «degraded»\n)",
-            {"key": q.GPU_KEY, "degraded": q.pcie_link_degraded(q.RULES, t.busy_utilization_ratio)},
+            {"key": GPU_KEY, "degraded": q.pcie_link_degraded(q.RULES, t.busy_utilization_ratio)},
         )
     }
     return [
         Record(
             GPU_CAUSE,
             "(\n  «evidence»\n)\nand on («key»)\n(\n  «condition»\n)",
-            {"evidence": evidence[c.kind], "condition": conditions[c.kind], "key": q.GPU_KEY},
+            {"evidence": evidence[c.kind], "condition": conditions[c.kind], "key": GPU_KEY},
             _labels(c),
         )
         for c in HARDWARE
@@ -113,10 +114,10 @@ def interconnect(members: str, key: str) -> str:
     ).rstrip()
 
     def count(by: str, link: str) -> str:
-        parts = {"target": q.TARGET_KEY, "members": members, "link": link}
+        parts = {"target": TARGET_KEY, "members": members, "link": link}
         return fill(f"count by ({by}) (\n  «links»\n)", {**parts, "links": links})
 
-    slow = count(q.GPU_KEY, '!="nvlink"')
+    slow = count(GPU_KEY, '!="nvlink"')
     return fill(
         dedent(
             """
@@ -137,10 +138,10 @@ def interconnect(members: str, key: str) -> str:
         ),
         {
             "slow": slow,
-            "cross": count(q.GPU_KEY, '="cross_numa"'),
-            "nvlink": count(q.GPU_KEY, '="nvlink"'),
+            "cross": count(GPU_KEY, '="cross_numa"'),
+            "nvlink": count(GPU_KEY, '="nvlink"'),
             "group_nvlink": count(key, '="nvlink"'),
-            "gpu": q.GPU_KEY,
+            "gpu": GPU_KEY,
             "key": key,
         },
     )
@@ -175,26 +176,24 @@ def attach_run(expr: str) -> str:
     """``expr`` (one series per GPU) on every GPU of an active run, with the run's labels."""
     return fill(
         "(\n  «expr»\n)\n* on («target», uuid) group_right ()\ncount without () («run_gpus»)",
-        {"expr": expr, "target": q.TARGET_KEY, "run_gpus": q.RUN_GPU_UTIL},
+        {"expr": expr, "target": TARGET_KEY, "run_gpus": q.RUN_GPU_UTIL},
     )
 
 
 def host_rules(t: Thresholds) -> list[Record]:
     """The busy GPUs of a host in no active run (the host-scope imbalance's GPUs)."""
     members = q.busy_unassigned(t.busy_utilization_ratio)
-    lag = f"max by ({q.TARGET_KEY}) {members}\n- on ({q.TARGET_KEY}) group_right ()\n{members}"
+    lag = f"max by ({TARGET_KEY}) {members}\n- on ({TARGET_KEY}) group_right ()\n{members}"
     known = _before(GPU_CAUSE)
     return [
-        Record(
-            GPU_CAUSE, interconnect(members, q.TARGET_KEY), labels=_labels(cause("interconnect"))
-        ),
+        Record(GPU_CAUSE, interconnect(members, TARGET_KEY), labels=_labels(cause("interconnect"))),
         Record(
             GPU_CAUSE,
             "(\n  «lag»\n) > «spread»\nunless on («key») «known»",
             {
                 "lag": lag,
                 "spread": t.GpuUtilizationImbalance.spread_ratio,
-                "key": q.GPU_KEY,
+                "key": GPU_KEY,
                 "known": known,
             },
             _labels(cause("input_bound")),
@@ -202,11 +201,11 @@ def host_rules(t: Thresholds) -> list[Record]:
         Record(
             GPU_CAUSE,
             "(\n  «lag»\n)\nunless on («key») «known»",
-            {"lag": lag, "key": q.GPU_KEY, "known": _before(GPU_CAUSE, "none")},
+            {"lag": lag, "key": GPU_KEY, "known": _before(GPU_CAUSE, "none")},
             _labels(cause("none")),
         ),
         Record(GPU_CAUSE_RANK, _rank(GPU_CAUSE, HOST_LIVE)),
-        Record(GPU_LIKELY_CAUSE, _first(_rank(GPU_CAUSE, HOST_LIVE), q.GPU_KEY)),
+        Record(GPU_LIKELY_CAUSE, _first(_rank(GPU_CAUSE, HOST_LIVE), GPU_KEY)),
     ]
 
 
@@ -230,7 +229,7 @@ def run_rules(t: Thresholds) -> list[Record]:
         ),
         Record(
             RUN_GPU_CAUSE,
-            attach_run(interconnect(members, f"{q.TARGET_KEY}")),
+            attach_run(interconnect(members, f"{TARGET_KEY}")),
             labels=_labels(cause("interconnect")),
         ),
         Record(
@@ -274,7 +273,7 @@ def _evidence_of(level: str, kind: str, key: str, pipe: str) -> str:
 
 def _phrases(level: str, key: str, group: str) -> dict[str, str]:
     """What the alert says for each live cause of the lagging GPU, with its evidence."""
-    wanted, args = matchers(q.UUID_KEY)
+    wanted, args = matchers(UUID_KEY)
     cross_numa = (
         f'{{{{ with printf `mirrorwatch_gpu_p2p_link_info{{{wanted},link="cross_numa"}}` '
         f"{args} | query }}}}, across CPU sockets (cross-NUMA){{{{ end }}}}"
@@ -322,7 +321,7 @@ _BALANCE_SOURCE = (
 
 def _step_time() -> str:
     """The run's median step time over the last 5 minutes, where its histogram has steps."""
-    wanted, args = matchers(q.RUN_KEY)
+    wanted, args = matchers(RUN_KEY)
     return (
         "{{ with printf `histogram_quantile(0.5, sum by (le) (rate("
         f"mirrorwatch_training_step_duration_seconds_bucket{{{wanted}}}[5m]))) > 0` "
@@ -366,7 +365,7 @@ def why_host(runbook_url: str) -> str:
         GPU_CAUSE_RANK,
         GPU_CAUSE,
         HOST_LIVE,
-        q.UUID_KEY,
+        UUID_KEY,
         "the host",
         runbook_url,
     )

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.fragments import Fragment
 from mirrorwatch.alerts.rules import Alert, Severity
 from mirrorwatch.alerts.templates import gpu_value, matchers, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.labels import TARGET_KEY, key
 
 # GpuXidError and GpuEccUncorrectable fire for this long after the latest event.
 EVENT_MINUTES = 10
@@ -23,7 +23,7 @@ PCIE_MAX = (
     f"gen {gpu_value('mirrorwatch_gpu_pcie_link_generation_max')} "
     f"x{gpu_value('mirrorwatch_gpu_pcie_link_width_max')}"
 )
-TARGET_MATCHERS, TARGET_ARGS = matchers(q.TARGET_KEY)
+TARGET_MATCHERS, TARGET_ARGS = matchers(TARGET_KEY)
 NVLINK_OF_GPU = "NVLink {{ $labels.link }} of GPU {{ $labels.gpu }} of «HOST»"
 
 
@@ -114,7 +114,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "{{ end }}.",
             "{{ $value }} missing",
             fragments={
-                "gpus": value_of("mirrorwatch_exporter_gpus", q.TARGET_KEY),
+                "gpus": value_of("mirrorwatch_exporter_gpus", TARGET_KEY),
                 "target": TARGET_MATCHERS,
                 "target_args": TARGET_ARGS,
             },
@@ -159,7 +159,7 @@ def xid_alert(severity: Severity, matcher: str, title: str, kind: str) -> Alert:
             "kind": kind,
             "latest": value_of(
                 "mirrorwatch_gpu_xid_last_event_timestamp_seconds",
-                q.key("uuid", "xid"),
+                key("uuid", "xid"),
                 pipe="humanizeTimestamp",
             ),
         },

@@ -6,6 +6,8 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.rules import Alert
 from mirrorwatch.alerts.templates import gpu_value
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import HARDWARE_SLOWDOWN_REASONS, POWER_CAP_REASONS
+from mirrorwatch.contract.labels import TARGET_KEY
 
 TEMPERATURE_NOW = gpu_value("mirrorwatch_gpu_temperature_celsius", "humanize")
 
@@ -59,7 +61,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "clocks by half or more (SM clock now «sm_clock»Hz).",
             "{{ $labels.reason }}",
             fragments={
-                "hardware": q.reasons(q.HARDWARE_SLOWDOWN_REASONS),
+                "hardware": q.reasons(HARDWARE_SLOWDOWN_REASONS),
                 "sm_clock": gpu_value("mirrorwatch_gpu_clock_hertz", "humanize", 'clock="sm"'),
             },
         ),
@@ -72,7 +74,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "minutes (alert above «throttled_fraction:%»).",
             "«PCT»",
             fragments={
-                "throttled": q.throttled_share("power", q.POWER_CAP_REASONS),
+                "throttled": q.throttled_share("power", POWER_CAP_REASONS),
                 "limit": gpu_value("mirrorwatch_gpu_power_limit_watts", "humanize"),
             },
         ),
@@ -94,7 +96,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "{{ $value | humanize }} °C",
             fragments={
                 "busy_temperature": busy_temperature,
-                "labels_of_hottest_gpu": q.labels_of_extreme(busy_temperature, q.TARGET_KEY, "max"),
+                "labels_of_hottest_gpu": q.labels_of_extreme(busy_temperature, TARGET_KEY, "max"),
                 "temperature": TEMPERATURE_NOW,
             },
         ),

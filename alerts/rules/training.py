@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.causes import BY_KIND
 from mirrorwatch.alerts.rules import Alert
 from mirrorwatch.alerts.rules.costs import COST_5M
 from mirrorwatch.alerts.templates import GPUS_OF_RUN_ON_EVERY_HOST, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import BY_KIND
+from mirrorwatch.contract.labels import GPU_KEY, TARGET_KEY, WORKER_KEY
 
 # What TrainingHeldBack says of each costed cause, and the runbook section it points to.
 _HELD_BACK = {
@@ -37,9 +38,9 @@ def _waiting(t: Thresholds) -> str:
     window = s.no_step_window
     return (
         f"(min_over_time(mirrorwatch_gpu_utilization_ratio[{window}]) >= {s.busy_ratio})\n"
-        f"and on ({q.GPU_KEY})\n"
+        f"and on ({GPU_KEY})\n"
         f"(\n  max_over_time(mirrorwatch_gpu_power_watts[{window}])\n"
-        f"  / on ({q.GPU_KEY}) mirrorwatch_gpu_power_limit_watts\n  <= {s.power_limit_ratio}\n)"
+        f"  / on ({GPU_KEY}) mirrorwatch_gpu_power_limit_watts\n  <= {s.power_limit_ratio}\n)"
     )
 
 
@@ -59,10 +60,10 @@ def hung_in_collective(t: Thresholds) -> str:
     """The run's GPU that does not wait, where another of the run's does; the run alone where
     every GPU of it here waits (the culprit is on another host)."""
     run_gpus = q.RUN_GPU_UTIL
-    waiting = f"{run_gpus}\nand on ({q.TARGET_KEY}, uuid)\n(\n{_waiting(t)}\n)"
+    waiting = f"{run_gpus}\nand on ({TARGET_KEY}, uuid)\n(\n{_waiting(t)}\n)"
     hung = _hung_runs(t)
     culprit = (
-        f"{run_gpus}\nunless on ({q.TARGET_KEY}, uuid)\n(\n{_waiting(t)}\n)\n"
+        f"{run_gpus}\nunless on ({TARGET_KEY}, uuid)\n(\n{_waiting(t)}\n)\n"
         f"and on (run) count by (run) (\n{waiting}\n)\nand on (run) (\n{hung}\n)"
     )
     everyone = f"count by (run) (\n{waiting}\n)\nand on (run) (\n{hung}\n)"
@@ -123,7 +124,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "«PCT»",
             fragments={
                 "speedup": value_of(
-                    "mirrorwatch_training_scaling_speedup", q.WORKER_KEY, pipe='printf "%.2f"'
+                    "mirrorwatch_training_scaling_speedup", WORKER_KEY, pipe='printf "%.2f"'
                 )
             },
         ),

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from mirrorwatch.exporter.exposition import (
     LabelTemplate,
     escape_label_value,
@@ -21,7 +22,7 @@ from mirrorwatch.exporter.exposition import (
     sample_text,
 )
 from mirrorwatch.exporter.ingest.replicas import GpuDirectory
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS, StepDurations
+from mirrorwatch.exporter.ingest.schema import StepDurations
 from mirrorwatch.exporter.ingest.store import WorkerEntry
 
 Kind = Literal["gauge", "counter", "histogram"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mirrorwatch.alerts.queries import SHARE_STEP
-from mirrorwatch.exporter.vocabulary import parse_prometheus_duration
+from mirrorwatch.contract.vocabulary import parse_prometheus_duration
 from tests.e2e.drill import FastRules, Latency, measure, running_drill
 
 # GPU 1 passes its slowdown temperature ~23 s after the exporter starts; its share of the

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from mirrorwatch.contract.procfs import INIT_PID_NAMESPACE
 from mirrorwatch.exporter.app import create_app
 from mirrorwatch.exporter.backend import GpuProcess, GpuProcesses
 from mirrorwatch.exporter.collectors.training import TrainingMetrics
@@ -20,7 +21,6 @@ from mirrorwatch.exporter.ingest.owners import ProcessOwners, Worker
 from mirrorwatch.exporter.ingest.schema import TrainingSnapshot
 from mirrorwatch.exporter.ingest.store import Limits, RunStore
 from mirrorwatch.exporter.logs import RejectionLog
-from mirrorwatch.exporter.procfs import INIT_PID_NAMESPACE
 from mirrorwatch.exporter.settings import Settings
 from tests.exporter.ingest_snapshots import (
     BUS0,
