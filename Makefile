@@ -18,7 +18,7 @@ REPORT_OUT ?=
 SINCE ?=
 
 .PHONY: help setup tools demo-tools install demo-install test lint typecheck pytest bench demo \
-  report alerts dashboards compatibility clean
+  report alerts dashboards compatibility metrics clean
 
 # A setup step, quiet unless it fails: its output goes to build/setup.log and only the log's end
 # is shown, with where the rest is, when the step fails.
@@ -130,6 +130,10 @@ dashboards: install
 ## compatibility: regenerate docs/compatibility.md from the driver x board matrix cells
 compatibility: install
 	$(PY) -m tests.exporter.nvml_standin.compatibility
+
+## metrics: regenerate docs/metrics.md's table of every series from contract/metrics.py
+metrics: install
+	$(PY) -m tests.contract.metrics_doc
 
 ## bench: benchmarks; results land in build/bench/results/*.json (BENCH_OUT=bench/results
 ## replaces the committed ones). The side-by-side with nvitop-exporter installs it into its own
