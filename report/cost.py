@@ -24,6 +24,9 @@ from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.rules.costs import COST, COST_5M, COSTED_KINDS
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.labels import GPU_KEY, UUID_KEY
+from mirrorwatch.contract.metrics import (
+    GPU_P2P_LINK_INFO,
+)
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook
 from mirrorwatch.report.hardware import held_back
 
@@ -156,7 +159,7 @@ def _speed(sel: q.Select) -> str:
 
 def _over_pcie(sel: q.Select) -> str:
     """The GPUs that reach a peer without NVLink: their all-reduce crosses their PCIe link."""
-    pairs = sel("mirrorwatch_gpu_p2p_link_info", 'link!="nvlink"')
+    pairs = sel(GPU_P2P_LINK_INFO, 'link!="nvlink"')
     return f"max by ({GPU_KEY}) ({pairs})"
 
 

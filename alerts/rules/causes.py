@@ -19,6 +19,7 @@ why_host) asks the rank series of its lagging GPU, most important first.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.fragments import dedent, fill, num
@@ -27,6 +28,20 @@ from mirrorwatch.alerts.templates import gpu_value, matchers, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.causes import LIVE, Cause, cause
 from mirrorwatch.contract.labels import GPU_KEY, RUN_KEY, TARGET_KEY, UUID_KEY, key
+from mirrorwatch.contract.metrics import (
+    GPU_CLOCK_HERTZ,
+    GPU_CLOCK_MAX_HERTZ,
+    GPU_P2P_LINK_INFO,
+    GPU_PCIE_LINK_GENERATION,
+    GPU_PCIE_LINK_GENERATION_MAX,
+    GPU_PCIE_LINK_WIDTH,
+    GPU_PCIE_LINK_WIDTH_MAX,
+    GPU_POWER_LIMIT_WATTS,
+    GPU_POWER_WATTS,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
+    TRAINING_STEP_DURATION_SECONDS,
+)
 
 GPU_CAUSE = "instance_gpu:mirrorwatch_gpu_cause:evidence"
 GPU_CAUSE_RANK = "instance_gpu:mirrorwatch_gpu_cause:rank"
@@ -66,18 +81,18 @@ def _throttled(c: Cause) -> str:
 
 
 def hardware_rules(t: Thresholds) -> list[Record]:
-    sm_clock = _share("mirrorwatch_gpu_clock_hertz", "mirrorwatch_gpu_clock_max_hertz", SM_CLOCK)
+    sm_clock = _share(GPU_CLOCK_HERTZ, GPU_CLOCK_MAX_HERTZ, SM_CLOCK)
     pcie = (
-        f"{_per_gpu('mirrorwatch_gpu_pcie_link_width')}\n"
-        f"* on ({GPU_KEY}) {_per_gpu('mirrorwatch_gpu_pcie_link_generation')}\n"
+        f"{_per_gpu(GPU_PCIE_LINK_WIDTH)}\n"
+        f"* on ({GPU_KEY}) {_per_gpu(GPU_PCIE_LINK_GENERATION)}\n"
         f"/ on ({GPU_KEY})\n"
-        f"(\n  {_per_gpu('mirrorwatch_gpu_pcie_link_width_max')}\n"
-        f"  * on ({GPU_KEY}) {_per_gpu('mirrorwatch_gpu_pcie_link_generation_max')}\n)"
+        f"(\n  {_per_gpu(GPU_PCIE_LINK_WIDTH_MAX)}\n"
+        f"  * on ({GPU_KEY}) {_per_gpu(GPU_PCIE_LINK_GENERATION_MAX)}\n)"
     )
     evidence = {
         "hardware_slowdown": sm_clock,
-        "thermal_throttling": _per_gpu("mirrorwatch_gpu_temperature_celsius"),
-        "power_capping": _share("mirrorwatch_gpu_power_watts", "mirrorwatch_gpu_power_limit_watts"),
+        "thermal_throttling": _per_gpu(GPU_TEMPERATURE_CELSIUS),
+        "power_capping": _share(GPU_POWER_WATTS, GPU_POWER_LIMIT_WATTS),
         "pcie_degraded": pcie,
     }
     conditions = {c.kind: _throttled(c) for c in HARDWARE if c.clock_reasons} | {
@@ -257,14 +272,15 @@ _THIS_GPU = "GPU {{ $labels.gpu }}"
 _SM = fill(
     "SM clock «sm»Hz of «sm_max»Hz",
     {
-        "sm": gpu_value("mirrorwatch_gpu_clock_hertz", "humanize", SM_CLOCK),
-        "sm_max": gpu_value("mirrorwatch_gpu_clock_max_hertz", "humanize", SM_CLOCK),
+        "sm": gpu_value(GPU_CLOCK_HERTZ, "humanize", SM_CLOCK),
+        "sm_max": gpu_value(GPU_CLOCK_MAX_HERTZ, "humanize", SM_CLOCK),
     },
 )
 
 
-def _pcie(metric: str) -> str:
-    return gpu_value(f"mirrorwatch_gpu_pcie_link_{metric}")
+def _pcie(quantity: Literal["width", "generation"], limit: Literal["now", "max"]) -> str:
+    now, top = q.PCIE_LINK[quantity]
+    return gpu_value(top if limit == "max" else now)
 
 
 def _evidence_of(level: str, kind: str, key: str, pipe: str) -> str:
@@ -275,27 +291,25 @@ def _phrases(level: str, key: str, group: str) -> dict[str, str]:
     """What the alert says for each live cause of the lagging GPU, with its evidence."""
     wanted, args = matchers(UUID_KEY)
     cross_numa = (
-        f'{{{{ with printf `mirrorwatch_gpu_p2p_link_info{{{wanted},link="cross_numa"}}` '
+        f'{{{{ with printf `{GPU_P2P_LINK_INFO}{{{wanted},link="cross_numa"}}` '
         f"{args} | query }}}}, across CPU sockets (cross-NUMA){{{{ end }}}}"
     )
     return {
         "hardware_slowdown": f"{_THIS_GPU} is {cause('hardware_slowdown').held_back}: the board "
         f"cut its clocks, {_SM}.",
         "thermal_throttling": f"{_THIS_GPU} is {cause('thermal_throttling').held_back}: "
-        + gpu_value("mirrorwatch_gpu_temperature_celsius", "humanize")
+        + gpu_value(GPU_TEMPERATURE_CELSIUS, "humanize")
         + " °C against its "
-        + gpu_value(
-            "mirrorwatch_gpu_temperature_threshold_celsius", "humanize", 'threshold="slowdown"'
-        )
+        + gpu_value(GPU_TEMPERATURE_THRESHOLD_CELSIUS, "humanize", 'threshold="slowdown"')
         + f" °C slowdown, {_SM}.",
         "power_capping": f"{_THIS_GPU} is {cause('power_capping').held_back}: "
-        + gpu_value("mirrorwatch_gpu_power_watts", "humanize")
+        + gpu_value(GPU_POWER_WATTS, "humanize")
         + " W of its "
-        + gpu_value("mirrorwatch_gpu_power_limit_watts", "humanize")
+        + gpu_value(GPU_POWER_LIMIT_WATTS, "humanize")
         + f" W limit, {_SM}.",
         "pcie_degraded": f"{_THIS_GPU}'s PCIe link runs below its maximum while busy: gen "
-        f"{_pcie('generation')} x{_pcie('width')} of gen {_pcie('generation_max')} "
-        f"x{_pcie('width_max')}.",
+        f"{_pcie('generation', 'now')} x{_pcie('width', 'now')} of gen "
+        f"{_pcie('generation', 'max')} x{_pcie('width', 'max')}.",
         "foreign_process": f"{_THIS_GPU} is shared with "
         + _evidence_of(level, "foreign_process", key, "")
         + " process(es) that are not the run's.",
@@ -324,7 +338,7 @@ def _step_time() -> str:
     wanted, args = matchers(RUN_KEY)
     return (
         "{{ with printf `histogram_quantile(0.5, sum by (le) (rate("
-        f"mirrorwatch_training_step_duration_seconds_bucket{{{wanted}}}[5m]))) > 0` "
+        f"{TRAINING_STEP_DURATION_SECONDS}_bucket{{{wanted}}}[5m]))) > 0` "
         f"{args} | query }}}}; the run's median step takes "
         "{{ . | first | value | humanizeDuration }}{{ end }}"
     )

@@ -8,8 +8,14 @@ from mirrorwatch.alerts.templates import gpu_value
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.causes import HARDWARE_SLOWDOWN_REASONS, POWER_CAP_REASONS
 from mirrorwatch.contract.labels import TARGET_KEY
+from mirrorwatch.contract.metrics import (
+    GPU_CLOCK_HERTZ,
+    GPU_POWER_LIMIT_WATTS,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
+)
 
-TEMPERATURE_NOW = gpu_value("mirrorwatch_gpu_temperature_celsius", "humanize")
+TEMPERATURE_NOW = gpu_value(GPU_TEMPERATURE_CELSIUS, "humanize")
 
 
 def alerts(t: Thresholds) -> list[Alert]:
@@ -46,7 +52,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "{{ $value | humanize }} °C",
             fragments={
                 "slowdown": gpu_value(
-                    "mirrorwatch_gpu_temperature_threshold_celsius",
+                    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
                     "humanize",
                     'threshold="slowdown"',
                 )
@@ -62,7 +68,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "{{ $labels.reason }}",
             fragments={
                 "hardware": q.reasons(HARDWARE_SLOWDOWN_REASONS),
-                "sm_clock": gpu_value("mirrorwatch_gpu_clock_hertz", "humanize", 'clock="sm"'),
+                "sm_clock": gpu_value(GPU_CLOCK_HERTZ, "humanize", 'clock="sm"'),
             },
         ),
         Alert(
@@ -75,7 +81,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "«PCT»",
             fragments={
                 "throttled": q.throttled_share("power", POWER_CAP_REASONS),
-                "limit": gpu_value("mirrorwatch_gpu_power_limit_watts", "humanize"),
+                "limit": gpu_value(GPU_POWER_LIMIT_WATTS, "humanize"),
             },
         ),
         Alert(

@@ -3,7 +3,9 @@ the rules, dashboards and run report read is in it and in the golden exposition.
 
 from __future__ import annotations
 
+import ast
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mirrorwatch.contract.metrics import BY_NAME, METRICS, Metric
 from tests.contract import metrics_doc
+from tests.contract.test_imports import PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "exporter" / "golden"
@@ -99,4 +102,37 @@ def test_docs_metrics_md_is_written_from_the_table() -> None:
     current = metrics_doc.DOCUMENT.read_text(encoding="utf-8")
     assert metrics_doc.render(current) == current, (
         "docs/metrics.md is stale: python -m tests.contract.metrics_doc (make metrics)"
+    )
+
+
+# The rule text of alerts/rules/ and alerts/templates.py: PromQL as an operator reads it, with
+# «fragments» for keys and thresholds; its names are checked against the golden scrape above.
+RULE_TEXT = {ROOT / "alerts" / "templates.py", *(ROOT / "alerts" / "rules").glob("*.py")}
+SOURCES = [
+    path
+    for folder in PACKAGES.values()
+    for path in sorted((ROOT / folder).rglob("*.py"))
+    if path != ROOT / "contract" / "metrics.py" and path not in RULE_TEXT
+]
+
+
+def code_strings(path: Path) -> Iterator[str]:
+    """Every string the module's code holds: not its docstrings or comments."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    documentation = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        text = node.value if isinstance(node, ast.Constant) else None
+        if isinstance(text, str) and id(node) not in documentation:
+            yield text
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_writes_a_series_name_the_table_has(path: Path) -> None:
+    written = {name for text in code_strings(path) for name in series_read(text)}
+    assert not written & set(BY_NAME), (
+        f"{path.name} writes {sorted(written & set(BY_NAME))}: use contract/metrics.py's rows"
     )
