@@ -23,7 +23,6 @@ from mirrorwatch.contract.metrics import (
     GPU_ECC_ERRORS_TOTAL,
     GPU_ENERGY_JOULES_TOTAL,
     GPU_FOREIGN_PROCESSES,
-    GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES,
     GPU_MEMORY_TOTAL_BYTES,
     GPU_MEMORY_USED_BYTES,
     GPU_MIG_ENABLED,
@@ -108,10 +107,6 @@ RUN_GPU_SM_ACTIVITY = "run_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m"
 # `source` label says which (sm_activity, utilization). The run's spread is taken of this.
 RUN_GPU_BALANCE = "run_gpu:mirrorwatch_gpu_balance_ratio:avg1m"
 
-# --- exporter series the rules read by name -------------------------------------------------------
-
-FOREIGN_COUNT = GPU_FOREIGN_PROCESSES
-FOREIGN_MEMORY = GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES
 # A run across hosts (MultiWorkerMirroredStrategy): each worker reports its own share of the
 # examples, so the run's throughput is their sum; its steps are every worker's (never summed).
 RUN_THROUGHPUT = "run:mirrorwatch_training_examples_per_second:sum"
@@ -211,7 +206,7 @@ def _grouped(expr: str) -> str:
 
 def foreign_processes(s: Select) -> str:
     """Processes on each GPU of a run that are not the run's (count), by the exporter's match."""
-    return f"max by ({GPU_KEY}, run) ({s(FOREIGN_COUNT)})"
+    return f"max by ({GPU_KEY}, run) ({s(GPU_FOREIGN_PROCESSES)})"
 
 
 def memory_used_ratio(s: Select) -> str:

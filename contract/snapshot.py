@@ -6,6 +6,8 @@ loses nothing and double counts nothing. The Keras callback and the torch monito
 against the pydantic models of mirrorwatch.exporter.ingest.schema, built from the same fields
 and the bounds written here. So a training process never imports pydantic (0.4 to 1.9 s per
 torch rank, issue 32); tests/contract/test_snapshot.py holds the two to the same fields.
+The clients keep to the bounds where they compute a value (telemetry/); one that slips past
+is refused by the ingest with a 422 naming the field, which the pusher warns of once.
 """
 
 from __future__ import annotations

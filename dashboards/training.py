@@ -47,6 +47,8 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.metrics import (
     GPU_CLOCKS_EVENT_ACTIVE,
+    GPU_FOREIGN_PROCESSES,
+    GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES,
     GPU_MEMORY_TOTAL_BYTES,
     GPU_TEMPERATURE_CELSIUS,
     GPU_TEMPERATURE_THRESHOLD_CELSIUS,
@@ -224,14 +226,14 @@ def sharing_row(t: Thresholds) -> Row:
                 "GpuSharedWithForeignProcess. Empty when the exporter cannot match the run's "
                 "pids (docs/api.md).",
                 "short",
-                [Query(RUN_GPU(q.FOREIGN_COUNT), PER_GPU)],
+                [Query(RUN_GPU(GPU_FOREIGN_PROCESSES), PER_GPU)],
             ),
             amount_series(
                 "Foreign process memory",
                 "Device memory those processes hold on each GPU of the run: memory the "
                 "run's replica there cannot have. GPU host → Process memory (top N) names them.",
                 "bytes",
-                [Query(RUN_GPU(q.FOREIGN_MEMORY), PER_GPU)],
+                [Query(RUN_GPU(GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES), PER_GPU)],
                 fill_opacity=10,
             ),
         ],

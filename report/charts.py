@@ -212,7 +212,13 @@ class Charts:
             "Device memory held on each GPU of the run by processes other than its workers "
             f"({GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES}).",
             "bytes",
-            [(f"max by (instance, gpu) ({sel(q.FOREIGN_MEMORY)})", _gpu, False)],
+            [
+                (
+                    f"max by (instance, gpu) ({sel(GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES)})",
+                    _gpu,
+                    False,
+                )
+            ],
         )
 
     def throughput(self) -> Chart:

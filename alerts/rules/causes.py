@@ -31,6 +31,7 @@ from mirrorwatch.contract.labels import GPU_KEY, RUN_KEY, TARGET_KEY, UUID_KEY, 
 from mirrorwatch.contract.metrics import (
     GPU_CLOCK_HERTZ,
     GPU_CLOCK_MAX_HERTZ,
+    GPU_FOREIGN_PROCESSES,
     GPU_P2P_LINK_INFO,
     GPU_PCIE_LINK_GENERATION,
     GPU_PCIE_LINK_GENERATION_MAX,
@@ -239,7 +240,7 @@ def run_rules(t: Thresholds) -> list[Record]:
         ),
         Record(
             RUN_GPU_CAUSE,
-            f"max by ({RUN_GPU_KEY}) ({q.RULES(q.FOREIGN_COUNT)}) > 0",
+            f"max by ({RUN_GPU_KEY}) ({q.RULES(GPU_FOREIGN_PROCESSES)}) > 0",
             labels=_labels(cause("foreign_process")),
         ),
         Record(

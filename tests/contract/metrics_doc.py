@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from mirrorwatch.alerts.generated import splice
 from mirrorwatch.contract.metrics import METRICS
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -28,12 +29,9 @@ def table() -> str:
 
 
 def render(document: str) -> str:
-    """``document`` with the text between its BEGIN and END markers written from the table."""
-    head, begin, rest = document.partition(BEGIN)
-    _, end, tail = rest.partition(END)
-    if not begin or not end:
-        raise ValueError(f"{DOCUMENT.name} has no {BEGIN!r} ... {END!r} markers")
-    return f"{head}{BEGIN}\n{table()}{END}{tail}"
+    """``document`` with the lines from its BEGIN to its END marker written from the table."""
+    block = f"{BEGIN}\n{table()}{END}\n"
+    return splice(document, block, begin=BEGIN, end=END, name=DOCUMENT.name)
 
 
 def main(argv: list[str] | None = None) -> int:

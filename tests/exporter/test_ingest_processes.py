@@ -12,6 +12,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from mirrorwatch.contract.metrics import (
+    GPU_FOREIGN_PROCESSES,
+    GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES,
+)
 from mirrorwatch.contract.procfs import INIT_PID_NAMESPACE
 from mirrorwatch.exporter.app import create_app
 from mirrorwatch.exporter.backend import GpuProcess, GpuProcesses
@@ -37,8 +41,8 @@ from tests.exporter.static_gpu import GIB, StaticBackend, StaticGpu
 URL = "/api/v1/runs/r1/workers/0"
 LOOPBACK = ("127.0.0.1", 50000)
 CONTAINER_NS = 4026532999
-FOREIGN = "mirrorwatch_gpu_foreign_processes"
-FOREIGN_MEMORY = "mirrorwatch_gpu_foreign_processes_memory_used_bytes"
+FOREIGN = GPU_FOREIGN_PROCESSES
+FOREIGN_MEMORY = GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES
 
 
 def on_gpu(*processes: tuple[int, float | None]) -> GpuProcesses:
