@@ -18,7 +18,7 @@ REPORT_OUT ?=
 SINCE ?=
 
 .PHONY: help setup tools demo-tools install demo-install test lint typecheck pytest bench demo \
-  report alerts dashboards compatibility clean
+  report alerts dashboards compatibility metrics clean
 
 # A setup step, quiet unless it fails: its output goes to build/setup.log and only the log's end
 # is shown, with where the rest is, when the step fails.
@@ -107,8 +107,9 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 typecheck: install
-	$(VENV)/bin/mypy -p mirrorwatch.exporter -p mirrorwatch.trainer -p mirrorwatch.alerts \
-	  -p mirrorwatch.report -p mirrorwatch.doctor -p mirrorwatch.telemetry -p mirrorwatch.torch
+	$(VENV)/bin/mypy -p mirrorwatch.contract -p mirrorwatch.exporter -p mirrorwatch.trainer \
+	  -p mirrorwatch.alerts -p mirrorwatch.report -p mirrorwatch.doctor -p mirrorwatch.telemetry \
+	  -p mirrorwatch.torch
 	$(VENV)/bin/mypy tests bench dashboards demo
 
 pytest: install tools
@@ -130,6 +131,10 @@ dashboards: install
 compatibility: install
 	$(PY) -m tests.exporter.nvml_standin.compatibility
 
+## metrics: regenerate docs/metrics.md's table of every series from contract/metrics.py
+metrics: install
+	$(PY) -m tests.contract.metrics_doc
+
 ## bench: benchmarks; results land in build/bench/results/*.json (BENCH_OUT=bench/results
 ## replaces the committed ones). The side-by-side with nvitop-exporter installs it into its own
 ## environment (never .venv) and runs Debian's Prometheus against both.
@@ -149,6 +154,7 @@ bench: install tools
 	  --out $(BENCH_OUT)/nvml-calls.json
 	$(PY) bench/trainer_bench.py --out $(BENCH_OUT)/trainer.json
 	$(PY) bench/torch_bench.py --out $(BENCH_OUT)/torch.json
+	$(PY) bench/import_bench.py --out $(BENCH_OUT)/import.json
 	$(PY) bench/ingest_bench.py --out $(BENCH_OUT)/ingest.json
 	$(PY) bench/limits_bench.py --out $(BENCH_OUT)/limits.json
 	$(PY) bench/soak_bench.py --out $(BENCH_OUT)/soak.json

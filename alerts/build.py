@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from mirrorwatch.alerts import queries, templates
+from mirrorwatch.alerts import templates
 from mirrorwatch.alerts.fragments import Fragment, FragmentError, dedent, fill
 from mirrorwatch.alerts.generated import dump, write_or_check
 from mirrorwatch.alerts.rules import (
@@ -38,6 +38,7 @@ from mirrorwatch.alerts.thresholds import (
     ThresholdsError,
     load_thresholds,
 )
+from mirrorwatch.contract.labels import KEY_FRAGMENTS
 
 # Where docker-compose.yml, the demo and the tests read the rules: beside this source file.
 RULES_FILE = THRESHOLDS_FILE.with_name("mirrorwatch.rules.yml")
@@ -67,7 +68,7 @@ def shared_fragments(t: Thresholds) -> dict[str, Fragment]:
     """What every rule's text may name besides its own settings."""
     return {
         **templates.COMMON,
-        **queries.KEY_FRAGMENTS,
+        **KEY_FRAGMENTS,
         "busy": t.busy_utilization_ratio,
         "job_regex": t.exporter_job_regex,
     }

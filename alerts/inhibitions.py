@@ -3,7 +3,7 @@
 mirrorwatch.alerts.alertmanager writes them into alerts/alertmanager.yml, its Slack/e-mail example
 and the compose stack's prometheus/alertmanager.yml. The `equal` lists are the label keys of
 mirrorwatch.alerts.queries, so an inhibition keeps hosts behind agents apart exactly as the rules
-do; where a rule is about causes, its alerts and their order come from mirrorwatch.alerts.causes.
+do; where a rule is about causes, its alerts and their order come from mirrorwatch.contract.causes.
 
 An inhibition hides a notification, so each one here silences only what says nothing its source
 has not said: the same host or GPU seen through a broken pipe, or the early warning of what is
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.causes import cause
+from mirrorwatch.contract.causes import cause
+from mirrorwatch.contract.labels import key_labels
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def outranks(higher: str, lower: str) -> Inhibition:
         f"{source.alert} already says what {target.alert} warns of on that GPU.",
         (alertname(source.alert),),
         (alertname(target.alert),),
-        q.key_labels("gpu", "uuid"),
+        key_labels("gpu", "uuid"),
     )
 
 
@@ -63,13 +63,13 @@ INHIBITIONS: tuple[Inhibition, ...] = (
         "A host whose exporter is down or whose NVML is broken: its GPU alerts say nothing new.",
         (alertname(cause("telemetry_gap").alert, "MirrorwatchNvmlUnavailable"),),
         (GPU_ALERTS,),
-        q.key_labels(),
+        key_labels(),
     ),
     Inhibition(
         "A lost GPU explains everything else that GPU reports.",
         (alertname(LOST),),
         (GPU_ALERTS, f'alertname!="{LOST}"'),
-        q.key_labels("gpu", "uuid"),
+        key_labels("gpu", "uuid"),
     ),
     # Heat: GpuTemperatureNearSlowdown is the early warning of GpuThermalThrottling (same
     # causes, same fix); once the GPU throttles, the warning is said, and it speaks again if
@@ -87,7 +87,7 @@ INHIBITIONS: tuple[Inhibition, ...] = (
         "(a critical XID and a warning XID on one GPU).",
         ('severity="critical"',),
         ('severity="warning"',),
-        ("alertname", *q.key_labels("gpu", "uuid", "run")),
+        ("alertname", *key_labels("gpu", "uuid", "run")),
     ),
 )
 

@@ -14,6 +14,51 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mirrorwatch.alerts.fragments import num
+from mirrorwatch.contract.causes import Cause
+from mirrorwatch.contract.labels import GPU_KEY, RUN_KEY, UUID_KEY, WORKER_KEY
+from mirrorwatch.contract.metrics import (
+    GPU_CLOCK_HERTZ,
+    GPU_CLOCK_MAX_HERTZ,
+    GPU_CLOCKS_EVENT_ACTIVE,
+    GPU_ECC_ERRORS_TOTAL,
+    GPU_ENERGY_JOULES_TOTAL,
+    GPU_FOREIGN_PROCESSES,
+    GPU_MEMORY_TOTAL_BYTES,
+    GPU_MEMORY_USED_BYTES,
+    GPU_MIG_ENABLED,
+    GPU_NVLINK_ERRORS_TOTAL,
+    GPU_NVLINK_RECEIVE_BYTES_TOTAL,
+    GPU_NVLINK_TRANSMIT_BYTES_TOTAL,
+    GPU_NVLINK_UP,
+    GPU_P2P_LINK_INFO,
+    GPU_PCIE_LINK_GENERATION,
+    GPU_PCIE_LINK_GENERATION_MAX,
+    GPU_PCIE_LINK_WIDTH,
+    GPU_PCIE_LINK_WIDTH_MAX,
+    GPU_PCIE_RECEIVE_BYTES_TOTAL,
+    GPU_PCIE_TRANSMIT_BYTES_TOTAL,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
+    GPU_THROTTLE_SECONDS_TOTAL,
+    GPU_UP,
+    GPU_UTILIZATION_RATIO,
+    GPU_XID_ERRORS_TOTAL,
+    GPU_XID_LAST_EVENT_TIMESTAMP_SECONDS,
+    TRAINING_ACTIVE,
+    TRAINING_ALLREDUCE_SECONDS,
+    TRAINING_EXAMPLES_PER_SECOND,
+    TRAINING_EXAMPLES_TOTAL,
+    TRAINING_INFO,
+    TRAINING_LAST_PUSH_TIMESTAMP_SECONDS,
+    TRAINING_REPLICA_INFO,
+    TRAINING_REPLICA_MEMORY_BYTES,
+    TRAINING_REPLICAS,
+    TRAINING_SCALING_EFFICIENCY_RATIO,
+    TRAINING_SCALING_SPEEDUP,
+    TRAINING_STEP_DURATION_SECONDS,
+    TRAINING_STEPS_TOTAL,
+)
+from mirrorwatch.contract.pcie import PCIE_LANE_BYTES_PER_SECOND
 
 
 @dataclass(frozen=True)
@@ -32,45 +77,10 @@ class Select:
 
 RULES = Select()
 
-# Every grouping keeps `cluster` and `host`: the external labels a per-host agent (vmagent,
-# Prometheus agent mode) adds before it remote-writes to a central store (deploy/fleet/,
-# docs/fleet.md). There every host's exporter may be `localhost:9848`, so `job, instance`
-# alone would merge hosts. On one Prometheus the two labels are absent and change nothing,
-# as kubernetes-mixin's `clusterLabel` groupings do.
-# Every alert-text lookup uses the same keys (mirrorwatch.alerts.templates), so it can never
-# find another host's series; rules and templates name them as «fragments», never literally.
-TARGET_LABELS = ("cluster", "host", "job", "instance")
-
-
-def key_labels(*labels: str) -> tuple[str, ...]:
-    """A grouping key as a list of names (Alertmanager's `equal`): the target's, then ``labels``."""
-    return (*TARGET_LABELS, *labels)
-
-
-def key(*labels: str) -> str:
-    """A grouping key as PromQL writes it: the target's labels, then ``labels``."""
-    return ", ".join(key_labels(*labels))
-
-
-TARGET_KEY = key()
-GPU_KEY = key("gpu", "uuid")
-# A GPU as the training series name it: their `gpu` is the trainer's index, not NVML's.
-UUID_KEY = key("uuid")
-WORKER_KEY = key("run", "worker")
-RUN_KEY = key("run")
-# The key sets as rule text names them.
-KEY_FRAGMENTS = {
-    "TARGET_KEY": TARGET_KEY,
-    "GPU_KEY": GPU_KEY,
-    "UUID_KEY": UUID_KEY,
-    "WORKER_KEY": WORKER_KEY,
-    "RUN_KEY": RUN_KEY,
-}
-
 # A MIG parent's utilisation is no measure of its instances' work (NVML answers NotSupported
 # there, and GPM on the parent mixes instances that may serve different jobs): the per-GPU
 # recordings every balance rule reads leave MIG parents out.
-NOT_MIG_PARENT = f"unless on ({UUID_KEY}) (mirrorwatch_gpu_mig_enabled == 1)"
+NOT_MIG_PARENT = f"unless on ({UUID_KEY}) ({GPU_MIG_ENABLED} == 1)"
 
 # --- recording rules (level:metric:operation) ---------------------------------------------------
 
@@ -97,10 +107,6 @@ RUN_GPU_SM_ACTIVITY = "run_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m"
 # `source` label says which (sm_activity, utilization). The run's spread is taken of this.
 RUN_GPU_BALANCE = "run_gpu:mirrorwatch_gpu_balance_ratio:avg1m"
 
-# --- exporter series the rules read by name -------------------------------------------------------
-
-FOREIGN_COUNT = "mirrorwatch_gpu_foreign_processes"
-FOREIGN_MEMORY = "mirrorwatch_gpu_foreign_processes_memory_used_bytes"
 # A run across hosts (MultiWorkerMirroredStrategy): each worker reports its own share of the
 # examples, so the run's throughput is their sum; its steps are every worker's (never summed).
 RUN_THROUGHPUT = "run:mirrorwatch_training_examples_per_second:sum"
@@ -108,18 +114,6 @@ RUN_THROUGHPUT_BASELINE = "run:mirrorwatch_training_examples_per_second:median1h
 RUN_WORKERS = "run:mirrorwatch_training_active:count"
 
 # --- clock-event (throttle) reasons ---------------------------------------------------------------
-
-THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown")
-POWER_CAP_REASONS = ("sw_power_cap",)
-HARDWARE_SLOWDOWN_REASONS = ("hw_slowdown", "hw_power_brake_slowdown")
-# The reasons that cost speed; gpu_idle and the display/application settings do not.
-SLOWDOWN_REASONS = (
-    "sw_power_cap",
-    "hw_slowdown",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-)
 
 
 def reasons(names: Sequence[str]) -> str:
@@ -135,7 +129,7 @@ def throttled_share(violation: str, clock_reasons: Sequence[str]) -> str:
     clock-event reasons were active (GPUs without violation counters). `or on` the GPU: the
     counter, where there is one, wins over the clock events, which are a sample per scrape."""
     counter = RULES(THROTTLE, f'reason="{violation}"')
-    clocks = RULES("mirrorwatch_gpu_clocks_event_active", reasons(clock_reasons))
+    clocks = RULES(GPU_CLOCKS_EVENT_ACTIVE, reasons(clock_reasons))
     return (
         f"max by ({GPU_KEY}) (\n  {counter}\n  or on ({GPU_KEY})\n  avg_over_time({clocks}[5m])\n)"
     )
@@ -153,8 +147,8 @@ def throttled_share_of_minute(violation: str, clock_reasons: Sequence[str]) -> s
     may step by a little more than the time between two scrapes. Rounded to 0.01 percentage
     points like the spreads, so that 5% of a minute meets a 0.05 threshold.
     """
-    counter = RULES("mirrorwatch_gpu_throttle_seconds_total", f'reason="{violation}"')
-    clocks = RULES("mirrorwatch_gpu_clocks_event_active", reasons(clock_reasons))
+    counter = RULES(GPU_THROTTLE_SECONDS_TOTAL, f'reason="{violation}"')
+    clocks = RULES(GPU_CLOCKS_EVENT_ACTIVE, reasons(clock_reasons))
     per_minute = f"[1m:{SHARE_STEP}]"
     return (
         f"round(\n  clamp_max(\n    max by ({GPU_KEY}) (\n"
@@ -212,17 +206,17 @@ def _grouped(expr: str) -> str:
 
 def foreign_processes(s: Select) -> str:
     """Processes on each GPU of a run that are not the run's (count), by the exporter's match."""
-    return f"max by ({GPU_KEY}, run) ({s(FOREIGN_COUNT)})"
+    return f"max by ({GPU_KEY}, run) ({s(GPU_FOREIGN_PROCESSES)})"
 
 
 def memory_used_ratio(s: Select) -> str:
     """Memory in use as a share of the GPU's total, by the driver's count."""
-    return f"{s('mirrorwatch_gpu_memory_used_bytes')} / {s('mirrorwatch_gpu_memory_total_bytes')}"
+    return f"{s(GPU_MEMORY_USED_BYTES)} / {s(GPU_MEMORY_TOTAL_BYTES)}"
 
 
 def throttle_fraction(s: Select, window: str) -> str:
     """Seconds throttled per second: the share of time each reason held the clocks back."""
-    return rate(s("mirrorwatch_gpu_throttle_seconds_total"), window)
+    return rate(s(GPU_THROTTLE_SECONDS_TOTAL), window)
 
 
 def throttle_share_of_window(s: Select, window: str, window_seconds: int) -> str:
@@ -236,32 +230,44 @@ def throttle_share_of_window(s: Select, window: str, window_seconds: int) -> str
     (tests/fleet/test_loopback.py shows it). Both stores' increase() counts the same rise, so
     increase / window gives one answer in both, and in Prometheus exactly its rate().
     """
-    return f"{increase(s('mirrorwatch_gpu_throttle_seconds_total'), window)} / {window_seconds}"
+    return f"{increase(s(GPU_THROTTLE_SECONDS_TOTAL), window)} / {window_seconds}"
 
 
 def energy_kwh_per_hour(s: Select, window: str) -> str:
     # J/s over an hour, in kWh (3.6e6 J).
-    return rate(s("mirrorwatch_gpu_energy_joules_total"), window) + " * 3600 / 3.6e6"
+    return rate(s(GPU_ENERGY_JOULES_TOTAL), window) + " * 3600 / 3.6e6"
+
+
+# Each PCIe link quantity as it runs now and at the most it supports; each direction's bytes.
+PCIE_LINK = {
+    "width": (GPU_PCIE_LINK_WIDTH, GPU_PCIE_LINK_WIDTH_MAX),
+    "generation": (GPU_PCIE_LINK_GENERATION, GPU_PCIE_LINK_GENERATION_MAX),
+}
+PCIE_BYTES = {"transmit": GPU_PCIE_TRANSMIT_BYTES_TOTAL, "receive": GPU_PCIE_RECEIVE_BYTES_TOTAL}
+NVLINK_BYTES = {
+    "transmit": GPU_NVLINK_TRANSMIT_BYTES_TOTAL,
+    "receive": GPU_NVLINK_RECEIVE_BYTES_TOTAL,
+}
 
 
 def pcie_link_ratio(s: Select, quantity: Literal["width", "generation"]) -> str:
     """The PCIe link's width or generation as a share of the most the GPU supports."""
-    metric = f"mirrorwatch_gpu_pcie_link_{quantity}"
-    return f"{s(metric)} / {s(metric + '_max')}"
+    now, top = PCIE_LINK[quantity]
+    return f"{s(now)} / {s(top)}"
 
 
 def nvlink_bytes_per_second(
     s: Select, direction: Literal["transmit", "receive"], window: str
 ) -> str:
     """Payload bytes per second over all NVLink links of each GPU."""
-    traffic = rate(s(f"mirrorwatch_gpu_nvlink_{direction}_bytes_total"), window)
+    traffic = rate(s(NVLINK_BYTES[direction]), window)
     return f"sum by (instance, gpu) ({traffic})"
 
 
 def nvlink_errors_per_10m(s: Select, window: str) -> str:
     """Replay, recovery and CRC errors of each link, as errors per 10 minutes at the current rate
     (the unit of the GpuNvlinkErrors threshold)."""
-    errors = rate(s("mirrorwatch_gpu_nvlink_errors_total"), window)
+    errors = rate(s(GPU_NVLINK_ERRORS_TOTAL), window)
     return f"sum by (instance, gpu, link) ({errors}) * 600"
 
 
@@ -274,8 +280,8 @@ def xid_events(s: Select, window: str, window_seconds: str) -> str:
     event counts once. Never `x unless x offset w`: after every scrape gap the offset finds no
     sample and the whole count is drawn again as new events.
     """
-    counter = s("mirrorwatch_gpu_xid_errors_total")
-    last_event = s("mirrorwatch_gpu_xid_last_event_timestamp_seconds")
+    counter = s(GPU_XID_ERRORS_TOTAL)
+    last_event = s(GPU_XID_LAST_EVENT_TIMESTAMP_SECONDS)
     return (
         f"sum by (instance, gpu, xid) ({increase(counter, window)} > 0 "
         f"or 0 * (time() - {last_event} < {window_seconds}) + 1)"
@@ -284,8 +290,8 @@ def xid_events(s: Select, window: str, window_seconds: str) -> str:
 
 def slowdown_headroom(s: Select) -> str:
     """Degrees from each GPU's temperature up to its slowdown threshold."""
-    threshold = s("mirrorwatch_gpu_temperature_threshold_celsius", 'threshold="slowdown"')
-    return f"{threshold} - on ({GPU_KEY}) {s('mirrorwatch_gpu_temperature_celsius')}"
+    threshold = s(GPU_TEMPERATURE_THRESHOLD_CELSIUS, 'threshold="slowdown"')
+    return f"{threshold} - on ({GPU_KEY}) {s(GPU_TEMPERATURE_CELSIUS)}"
 
 
 def busy_gpus(busy: float) -> str:
@@ -300,7 +306,7 @@ def busy_unassigned(busy: float) -> str:
 
 def busy_temperature(busy: float) -> str:
     """The temperature of each busy GPU."""
-    return f"(mirrorwatch_gpu_temperature_celsius and on ({UUID_KEY}) {busy_gpus(busy)})"
+    return f"({GPU_TEMPERATURE_CELSIUS} and on ({UUID_KEY}) {busy_gpus(busy)})"
 
 
 # --- training runs ------------------------------------------------------------------------------
@@ -308,7 +314,7 @@ def busy_temperature(busy: float) -> str:
 
 def run_gpus(s: Select) -> str:
     """The UUID_KEY of the GPUs the selected runs report, to filter GPU series."""
-    return f"max by ({UUID_KEY}) ({s('mirrorwatch_training_replica_info')})"
+    return f"max by ({UUID_KEY}) ({s(TRAINING_REPLICA_INFO)})"
 
 
 def of_run(expr: str, runs: Select) -> str:
@@ -319,34 +325,31 @@ def of_run(expr: str, runs: Select) -> str:
 def replica_memory() -> str:
     """The memory each active replica's allocator holds now, with its GPU's labels."""
     return (
-        'mirrorwatch_training_replica_memory_bytes{kind="current"}'
+        f'{TRAINING_REPLICA_MEMORY_BYTES}{{kind="current"}}'
         f" * on ({WORKER_KEY}, replica) group_left (gpu, uuid) {ACTIVE_REPLICA}"
     )
 
 
 def training_runs(s: Select) -> str:
     """Each run's worker, with its model and strategy, valued 1 while active."""
-    return (
-        f"{s('mirrorwatch_training_info')} * on ({WORKER_KEY}) group_left () "
-        f"{s('mirrorwatch_training_active')}"
-    )
+    return f"{s(TRAINING_INFO)} * on ({WORKER_KEY}) group_left () {s(TRAINING_ACTIVE)}"
 
 
 def examples_per_second(s: Select) -> str:
     """Examples per second of each run, summed over its workers, as the callback reports it."""
-    return f"sum by (run) ({s('mirrorwatch_training_examples_per_second')})"
+    return f"sum by (run) ({s(TRAINING_EXAMPLES_PER_SECOND)})"
 
 
 def examples_per_second_from_counter(s: Select, window: str) -> str:
-    return f"sum by (run) ({rate(s('mirrorwatch_training_examples_total'), window)})"
+    return f"sum by (run) ({rate(s(TRAINING_EXAMPLES_TOTAL), window)})"
 
 
 def steps_per_second(s: Select, window: str) -> str:
-    return f"sum by (run, worker) ({rate(s('mirrorwatch_training_steps_total'), window)})"
+    return f"sum by (run, worker) ({rate(s(TRAINING_STEPS_TOTAL), window)})"
 
 
 def step_time_quantile(s: Select, quantile: float, window: str) -> str:
-    buckets = rate(s("mirrorwatch_training_step_duration_seconds_bucket"), window)
+    buckets = rate(s(TRAINING_STEP_DURATION_SECONDS.part("bucket")), window)
     return f"histogram_quantile({quantile}, sum by (run, le) ({buckets}))"
 
 
@@ -354,8 +357,8 @@ def communication_share(s: Select, window: str) -> str:
     """Share of each worker's step time its gradient all-reduces were in flight, 0..1, where
     the worker measures them (the torch monitor on a DDP model: a series only where there is
     one, so a run without it gets no value rather than a 0)."""
-    allreduce = rate(s("mirrorwatch_training_allreduce_seconds_sum"), window)
-    steps = rate(s("mirrorwatch_training_step_duration_seconds_sum"), window)
+    allreduce = rate(s(TRAINING_ALLREDUCE_SECONDS.part("sum")), window)
+    steps = rate(s(TRAINING_STEP_DURATION_SECONDS.part("sum")), window)
     return f"clamp_max(sum by ({WORKER_KEY}) ({allreduce}) / sum by ({WORKER_KEY}) ({steps}), 1)"
 
 
@@ -363,8 +366,8 @@ def communication_share_now(s: Select, window: str) -> str:
     """``communication_share`` from each worker's last two samples in ``window`` (as irate()),
     so a range's points follow a change at once; over the whole window where those two saw
     no step (a scrape between the same two pushes)."""
-    allreduce = f"irate({s('mirrorwatch_training_allreduce_seconds_sum')}[{window}])"
-    steps = f"irate({s('mirrorwatch_training_step_duration_seconds_sum')}[{window}])"
+    allreduce = f"irate({s(TRAINING_ALLREDUCE_SECONDS.part('sum'))}[{window}])"
+    steps = f"irate({s(TRAINING_STEP_DURATION_SECONDS.part('sum'))}[{window}])"
     last = (
         f"clamp_max(sum by ({WORKER_KEY}) ({allreduce}) / (sum by ({WORKER_KEY}) ({steps}) > 0), 1)"
     )
@@ -377,17 +380,17 @@ def gpu_communication_share(s: Select, window: str) -> str:
     shares, since in a synchronous all-reduce every other worker also waits there for the last
     to arrive, and the last waits for no one."""
     least = f"min by ({RUN_KEY}) ({communication_share_now(s, window)})"
-    replicas = s("mirrorwatch_training_replica_info")
+    replicas = s(TRAINING_REPLICA_INFO)
     return f"max by ({UUID_KEY}) ({replicas} * on ({RUN_KEY}) group_left () {least})"
 
 
 def seconds_since_last_push(s: Select) -> str:
-    last_push = s("mirrorwatch_training_last_push_timestamp_seconds")
+    last_push = s(TRAINING_LAST_PUSH_TIMESTAMP_SECONDS)
     return f"time() - max by (run, worker) ({last_push})"
 
 
 def replicas(s: Select) -> str:
-    return f"max by (run, worker) ({s('mirrorwatch_training_replicas')})"
+    return f"max by (run, worker) ({s(TRAINING_REPLICAS)})"
 
 
 def run_mean_utilization(run_gpu: Select) -> str:
@@ -439,7 +442,7 @@ def held_share(condition: str, window: str, step: str, steps: int) -> str:
 
 def gpu_utilization_mean(s: Select, window: str) -> str:
     """Each GPU's mean utilisation over ``window`` (the GPU_UTIL rule's expression at 1m)."""
-    return f"avg_over_time({s('mirrorwatch_gpu_utilization_ratio')}[{window}])"
+    return f"avg_over_time({s(GPU_UTILIZATION_RATIO)}[{window}])"
 
 
 def gpu_utilization_spread(s: Select, window: str) -> str:
@@ -456,22 +459,30 @@ def gpu_utilization_deviation(s: Select, window: str) -> str:
 
 def clock_events(s: Select, clock_reasons: Sequence[str]) -> str:
     """1 for each GPU and clock-event reason of ``clock_reasons`` while it is active."""
-    return f"{s('mirrorwatch_gpu_clocks_event_active', reasons(clock_reasons))} == 1"
+    return f"{s(GPU_CLOCKS_EVENT_ACTIVE, reasons(clock_reasons))} == 1"
 
 
 def throttled_now(s: Select, violation: str, clock_reasons: Sequence[str]) -> str:
     """The GPUs held back for one cause at each moment: one of its clock-event reasons active,
     or its violation counter grown since the scrape before."""
-    counter = s("mirrorwatch_gpu_throttle_seconds_total", f'reason="{violation}"')
+    counter = s(GPU_THROTTLE_SECONDS_TOTAL, f'reason="{violation}"')
     return (
         f"max by ({GPU_KEY}) (\n  {clock_events(s, clock_reasons)}\n  or\n"
         f"  irate({counter}[1m]) > 0\n)"
     )
 
 
+def held(cause: Cause, s: Select) -> str:
+    """Each GPU held back for ``cause`` at each moment (a cause with clock reasons): the one
+    condition the live cause and cost rules and the run report read."""
+    if cause.violation is None:
+        return f"max by ({GPU_KEY}) ({clock_events(s, cause.clock_reasons)})"
+    return throttled_now(s, cause.violation, cause.clock_reasons)
+
+
 def throttled_seconds(s: Select, violation: str, window: str) -> str:
     """Seconds the driver counted a GPU held back for one cause over ``window``."""
-    counter = s("mirrorwatch_gpu_throttle_seconds_total", f'reason="{violation}"')
+    counter = s(GPU_THROTTLE_SECONDS_TOTAL, f'reason="{violation}"')
     return f"sum by ({GPU_KEY}) ({increase(counter, window)})"
 
 
@@ -482,11 +493,8 @@ def near_slowdown(s: Select, margin_celsius: float) -> str:
 
 def pcie_link_degraded(s: Select, busy: float) -> str:
     """Each busy GPU whose PCIe link runs below its widest or fastest."""
-    width = f"{s('mirrorwatch_gpu_pcie_link_width')} < {s('mirrorwatch_gpu_pcie_link_width_max')}"
-    generation = (
-        f"{s('mirrorwatch_gpu_pcie_link_generation')}"
-        f" < {s('mirrorwatch_gpu_pcie_link_generation_max')}"
-    )
+    width = f"{s(GPU_PCIE_LINK_WIDTH)} < {s(GPU_PCIE_LINK_WIDTH_MAX)}"
+    generation = f"{s(GPU_PCIE_LINK_GENERATION)} < {s(GPU_PCIE_LINK_GENERATION_MAX)}"
     return (
         f"(({width}) or ({generation}))\n"
         f"and on (instance, uuid) {gpu_utilization_mean(s, '1m')} >= {num(busy)}"
@@ -496,22 +504,21 @@ def pcie_link_degraded(s: Select, busy: float) -> str:
 def p2p_links(s: Select, window: str) -> str:
     """How each selected GPU reaches each peer, as the exporter saw it during ``window``."""
     return (
-        "max by (instance, gpu, peer_gpu, link) "
-        f"(max_over_time({s('mirrorwatch_gpu_p2p_link_info')}[{window}]))"
+        f"max by (instance, gpu, peer_gpu, link) (max_over_time({s(GPU_P2P_LINK_INFO)}[{window}]))"
     )
 
 
 def nvlink_down(s: Select) -> str:
-    return f"{s('mirrorwatch_gpu_nvlink_up')} == 0"
+    return f"{s(GPU_NVLINK_UP)} == 0"
 
 
 def gpu_lost(s: Select) -> str:
-    return f"{s('mirrorwatch_gpu_up')} == 0"
+    return f"{s(GPU_UP)} == 0"
 
 
 def ecc_uncorrected(s: Select, window: str) -> str:
     """Uncorrectable ECC errors counted during ``window``, where there were any."""
-    counter = s("mirrorwatch_gpu_ecc_errors_total", 'type="uncorrected"')
+    counter = s(GPU_ECC_ERRORS_TOTAL, 'type="uncorrected"')
     return f"sum by (instance, gpu) ({increase(counter, window)}) > 0"
 
 
@@ -523,12 +530,16 @@ def all_gpus_below(s: Select, window: str, ratio: float) -> str:
 def training_steps(s: Select, window: str) -> str:
     """The run's steps so far (the counters are running totals since the run started). Every
     worker of a multi-worker run counts the same synchronous steps: the most, not the sum."""
-    return f"max by (run) (max_over_time({s('mirrorwatch_training_steps_total')}[{window}]))"
+    return f"max by (run) (max_over_time({s(TRAINING_STEPS_TOTAL)}[{window}]))"
 
 
 def scaling(s: Select, metric: Literal["speedup", "efficiency_ratio"], window: str) -> str:
     """The run's mean speed-up or scaling efficiency over ``window``, as the trainer reports."""
-    return f"avg by (run) (avg_over_time({s(f'mirrorwatch_training_scaling_{metric}')}[{window}]))"
+    series = {
+        "speedup": TRAINING_SCALING_SPEEDUP,
+        "efficiency_ratio": TRAINING_SCALING_EFFICIENCY_RATIO,
+    }
+    return f"avg by (run) (avg_over_time({s(series[metric])}[{window}]))"
 
 
 def push_silence(s: Select) -> str:
@@ -537,18 +548,6 @@ def push_silence(s: Select) -> str:
 
 
 # --- the run report's costs (report/cost.py, docs/report.md "What each cause cost") -------------
-
-# Payload bytes per second one PCIe lane carries in each direction, by generation: the line
-# rate after encoding (8b/10b to gen 2, 128b/130b from gen 3, FLIT 242/256 at gen 6; PCI-SIG
-# base specifications), before packet overhead.
-PCIE_LANE_BYTES_PER_SECOND = {
-    1: 2.5e8,
-    2: 5.0e8,
-    3: 8e9 * 128 / 130 / 8,
-    4: 16e9 * 128 / 130 / 8,
-    5: 32e9 * 128 / 130 / 8,
-    6: 64e9 * 242 / 256 / 8,
-}
 
 
 def held_sum(
@@ -561,26 +560,25 @@ def held_sum(
 
 def sm_clock_ratio(s: Select) -> str:
     """Each GPU's SM clock as a share of its maximum."""
-    clock, top = (
-        s(metric, 'clock="sm"')
-        for metric in ("mirrorwatch_gpu_clock_hertz", "mirrorwatch_gpu_clock_max_hertz")
-    )
+    clock, top = (s(metric, 'clock="sm"') for metric in (GPU_CLOCK_HERTZ, GPU_CLOCK_MAX_HERTZ))
     return f"{clock} / on ({GPU_KEY}) {top}"
 
 
 def pcie_link_bytes_per_second(s: Select, limit: Literal["", "_max"] = "") -> str:
     """What each GPU's PCIe link carries per direction at the generation and width it runs at
     now (``limit`` "_max": at the most it supports), in bytes per second."""
-    generation = s(f"mirrorwatch_gpu_pcie_link_generation{limit}")
+    width_now, width_top = PCIE_LINK["width"]
+    generation_now, generation_top = PCIE_LINK["generation"]
+    generation = s(generation_top if limit else generation_now)
     lane = " or ".join(
         f"({generation} == {g}) * 0 + {num(rate)}" for g, rate in PCIE_LANE_BYTES_PER_SECOND.items()
     )
-    return f"({lane}) * on ({GPU_KEY}) {s(f'mirrorwatch_gpu_pcie_link_width{limit}')}"
+    return f"({lane}) * on ({GPU_KEY}) {s(width_top if limit else width_now)}"
 
 
 def pcie_busy_share(s: Select, direction: Literal["transmit", "receive"], window: str) -> str:
     """The share of each second each GPU's link spent carrying its ``direction`` traffic, from
     its last two samples in ``window``: rate() over a window longer than the series is old
     (a run that began with its exporter) would understate it."""
-    traffic = f"irate({s(f'mirrorwatch_gpu_pcie_{direction}_bytes_total')}[{window}])"
+    traffic = f"irate({s(PCIE_BYTES[direction])}[{window}])"
     return f"{traffic} / on ({GPU_KEY}) ({pcie_link_bytes_per_second(s)})"

@@ -14,7 +14,8 @@ the specific label set at all"), so the same text serves one Prometheus and a fl
 from __future__ import annotations
 
 from mirrorwatch.alerts.fragments import fill
-from mirrorwatch.alerts.queries import ACTIVE_REPLICA, RUN_KEY, TARGET_KEY, UUID_KEY, WORKER_KEY
+from mirrorwatch.alerts.queries import ACTIVE_REPLICA
+from mirrorwatch.contract.labels import RUN_KEY, TARGET_KEY, UUID_KEY, WORKER_KEY
 
 # The host as people know it: the agent's `host` label where there is one, else the address.
 HOST = "{{ or $labels.host $labels.instance }}"

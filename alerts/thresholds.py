@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from mirrorwatch.exporter.vocabulary import (
+from mirrorwatch.contract.vocabulary import (
     format_duration,
     is_prometheus_duration,
     parse_prometheus_duration,

@@ -28,7 +28,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.machine import machine
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from tests.exporter.exporter_process import running_exporter
 
 TICKS = os.sysconf("SC_CLK_TCK")

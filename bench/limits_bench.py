@@ -43,8 +43,8 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.machine import machine
 from bench.peers_bench import PLAIN_HEADERS, PROMETHEUS_HEADERS
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS
-from mirrorwatch.exporter.procfs import INIT_PID_NAMESPACE
+from mirrorwatch.contract.procfs import INIT_PID_NAMESPACE
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from mirrorwatch.exporter.settings import Settings
 from tests.exporter.exporter_process import running_exporter
 

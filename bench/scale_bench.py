@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.machine import machine
 from demo.processes import Process, Processes
 from demo.stack import REPO, write_yaml
-from mirrorwatch.exporter.vocabulary import Address
+from mirrorwatch.contract.vocabulary import Address
 from tests.dashboards.queries import expand, load_dashboards, panels
 from tests.fleet.fleet import (
     VMAGENT_CONFIG,

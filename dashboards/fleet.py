@@ -31,19 +31,31 @@ from dashboards.selectors import GPU, HOST, RUN, firing_alerts
 from dashboards.variables import standard_variables
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import SLOWDOWN_REASONS
+from mirrorwatch.contract.labels import TARGET_KEY
+from mirrorwatch.contract.metrics import (
+    EXPORTER_GPUS,
+    GPU_CLOCKS_EVENT_ACTIVE,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
+    GPU_UP,
+    GPU_UTILIZATION_RATIO,
+    TRAINING_ACTIVE,
+    UP,
+)
 
 TITLE = "Fleet"
 # One row per host at a central store too: there `cluster` and `host` (the agents' external
 # labels, deploy/fleet/) tell hosts apart whose exporters are all `localhost:9848`. On a
 # single-host Prometheus both are absent and the rows are the same.
-PER_HOST = f"by ({q.TARGET_KEY})"
-SLOWDOWN = q.reasons(q.SLOWDOWN_REASONS)
+PER_HOST = f"by ({TARGET_KEY})"
+SLOWDOWN = q.reasons(SLOWDOWN_REASONS)
 HAS_INSTANCE = 'instance!=""'
 
 
 def or_zero(expr: str) -> str:
     """``expr`` per host, and 0 for hosts where it has no series (a count of nothing)."""
-    return f"{expr} or 0 * max {PER_HOST} ({HOST('mirrorwatch_up')})"
+    return f"{expr} or 0 * max {PER_HOST} ({HOST(UP)})"
 
 
 def host_link(title: str, uid: str) -> dict[str, object]:
@@ -59,7 +71,7 @@ def host_link(title: str, uid: str) -> dict[str, object]:
 
 def hosts_table(t: Thresholds) -> Any:
     margin = t.GpuTemperatureNearSlowdown.margin_celsius
-    util = GPU("mirrorwatch_gpu_utilization_ratio")
+    util = GPU(GPU_UTILIZATION_RATIO)
     columns = {
         "Value #A": "GPUs",
         "Value #B": "GPUs up",
@@ -72,17 +84,17 @@ def hosts_table(t: Thresholds) -> Any:
         "Value #I": "active runs",
     }
     queries = [
-        f"max {PER_HOST} ({HOST('mirrorwatch_exporter_gpus')})",
-        f"sum {PER_HOST} ({GPU('mirrorwatch_gpu_up')})",
+        f"max {PER_HOST} ({HOST(EXPORTER_GPUS)})",
+        f"sum {PER_HOST} ({GPU(GPU_UP)})",
         f"avg {PER_HOST} ({util})",
         f"max {PER_HOST} ({util})",
-        f"max {PER_HOST} ({GPU('mirrorwatch_gpu_temperature_celsius')})",
+        f"max {PER_HOST} ({GPU(GPU_TEMPERATURE_CELSIUS)})",
         f"min {PER_HOST} ({q.slowdown_headroom(GPU)})",
-        f"max {PER_HOST} ({GPU('mirrorwatch_gpu_clocks_event_active', SLOWDOWN)})",
+        f"max {PER_HOST} ({GPU(GPU_CLOCKS_EVENT_ACTIVE, SLOWDOWN)})",
         # Alerts of a host only: Watchdog (and an absent exporter) name no instance, and would
         # make a row of their own.
         or_zero(f"count {PER_HOST} ({q.firing_alerts(HOST, HAS_INSTANCE)})"),
-        or_zero(f"count {PER_HOST} ({RUN('mirrorwatch_training_active')} == 1)"),
+        or_zero(f"count {PER_HOST} ({RUN(TRAINING_ACTIVE)} == 1)"),
     ]
     return table_panel(
         PanelSpec(
@@ -181,7 +193,7 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
                             "its runs are active has a problem worth opening.",
                             [
                                 Query(
-                                    f"avg {PER_HOST} ({GPU('mirrorwatch_gpu_utilization_ratio')})",
+                                    f"avg {PER_HOST} ({GPU(GPU_UTILIZATION_RATIO)})",
                                     "{{instance}}",
                                 )
                             ],
@@ -193,14 +205,13 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
                             "celsius",
                             [
                                 Query(
-                                    f"max {PER_HOST} "
-                                    f"({GPU('mirrorwatch_gpu_temperature_celsius')})",
+                                    f"max {PER_HOST} ({GPU(GPU_TEMPERATURE_CELSIUS)})",
                                     "{{instance}}",
                                 ),
                                 Query(
                                     f"min {PER_HOST} ("
                                     + GPU(
-                                        "mirrorwatch_gpu_temperature_threshold_celsius",
+                                        GPU_TEMPERATURE_THRESHOLD_CELSIUS,
                                         'threshold="slowdown"',
                                     )
                                     + ")",
@@ -219,8 +230,8 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
                                 "none",
                                 [
                                     Query(
-                                        f"sum {PER_HOST} (max by ({q.TARGET_KEY}, gpu) ("
-                                        + GPU("mirrorwatch_gpu_clocks_event_active", SLOWDOWN)
+                                        f"sum {PER_HOST} (max by ({TARGET_KEY}, gpu) ("
+                                        + GPU(GPU_CLOCKS_EVENT_ACTIVE, SLOWDOWN)
                                         + "))",
                                         "{{instance}}",
                                     )

@@ -37,6 +37,16 @@ from dashboards.variables import standard_variables
 from dashboards.why import host_causes, why_row
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.metrics import (
+    EXPORTER_BUILD_INFO,
+    EXPORTER_COLLECTOR_DURATION_SECONDS,
+    EXPORTER_COLLECTOR_SUCCESS,
+    EXPORTER_EXPECTED_GPUS,
+    EXPORTER_GPUS,
+    EXPORTER_INGEST_REJECTED_TOTAL,
+    GPU_UP,
+    UP,
+)
 
 TITLE = "GPU host"
 
@@ -53,8 +63,8 @@ def overview_row(t: Thresholds) -> Row:
                     "a GPU fell off the bus or was not detected at boot.",
                     "none",
                     [
-                        Query(HOST("mirrorwatch_exporter_gpus"), "{{instance}} seen"),
-                        Query(HOST("mirrorwatch_exporter_expected_gpus"), "{{instance}} expected"),
+                        Query(HOST(EXPORTER_GPUS), "{{instance}} seen"),
+                        Query(HOST(EXPORTER_EXPECTED_GPUS), "{{instance}} expected"),
                     ],
                     width=4,
                     height=5,
@@ -65,7 +75,7 @@ def overview_row(t: Thresholds) -> Row:
                 "GPU up",
                 f"Whether each GPU answers NVML. Down (red) for {t.GpuLost.hold_in_words}: "
                 "GpuLost; look for XID 79 in XID errors and `dmesg`.",
-                [by_gpu("mirrorwatch_gpu_up", legend="{{instance}}")],
+                [by_gpu(GPU_UP, legend="{{instance}}")],
                 width=5,
             ),
             up_down_stat(
@@ -73,7 +83,7 @@ def overview_row(t: Thresholds) -> Row:
                 "Whether the exporter's GPU backend (NVML, or the simulator) is usable. "
                 "Down: no GPU series at all; MirrorwatchNvmlUnavailable, see the exporter's "
                 "/readyz for the reason.",
-                [Query(HOST("mirrorwatch_up"), "{{instance}}")],
+                [Query(HOST(UP), "{{instance}}")],
                 width=3,
             ),
             alerts_table(
@@ -118,7 +128,7 @@ def exporter_row() -> Row:
                 "Whether each collector of the exporter succeeded at its last scrape (green "
                 "ok, red failed). A failing collector leaves its metrics out while the "
                 "others still answer; the exporter log says why.",
-                [Query(HOST("mirrorwatch_exporter_collector_success"), per_collector)],
+                [Query(HOST(EXPORTER_COLLECTOR_SUCCESS), per_collector)],
                 width=6,
                 words=OK_FAILED,  # the description's words, not up/down
             ),
@@ -127,7 +137,7 @@ def exporter_row() -> Row:
                 "How long each collector took at the last scrape. A slow collector makes "
                 "scrapes slow; above the scrape timeout Prometheus gives up on the host.",
                 "s",
-                [Query(HOST("mirrorwatch_exporter_collector_duration_seconds"), per_collector)],
+                [Query(HOST(EXPORTER_COLLECTOR_DURATION_SECONDS), per_collector)],
                 width=6,
             ),
             table_panel(
@@ -137,7 +147,7 @@ def exporter_row() -> Row:
                     "version per host: check the driver against the CUDA version your framework "
                     "was built for.",
                     "none",
-                    [instant_table(HOST("mirrorwatch_exporter_build_info"))],
+                    [instant_table(HOST(EXPORTER_BUILD_INFO))],
                     width=6,
                     transformations=[organize(exclude=["Time", "Value", "__name__"])],
                 )
@@ -150,7 +160,7 @@ def exporter_row() -> Row:
                 [
                     Query(
                         "sum by (instance, reason) "
-                        f"({increase(HOST('mirrorwatch_exporter_ingest_rejected_total'))})",
+                        f"({increase(HOST(EXPORTER_INGEST_REJECTED_TOTAL))})",
                         "{{instance}} {{reason}}",
                     )
                 ],

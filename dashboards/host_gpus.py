@@ -10,6 +10,18 @@ from dashboards.panels import Query
 from dashboards.selectors import GPU, PER_GPU, RATE_INTERVAL
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.metrics import (
+    GPU_CLOCK_HERTZ,
+    GPU_CLOCK_MAX_HERTZ,
+    GPU_CLOCKS_EVENT_ACTIVE,
+    GPU_FAN_SPEED_RATIO,
+    GPU_MEMORY_UTILIZATION_RATIO,
+    GPU_POWER_LIMIT_WATTS,
+    GPU_POWER_WATTS,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
+    GPU_UTILIZATION_RATIO,
+)
 
 # The instance variable defaults to All: without it, two hosts draw two "GPU 0".
 LEGEND = PER_GPU
@@ -35,7 +47,7 @@ def utilisation_row(t: Thresholds) -> Row:
                 "Share of time each GPU ran a kernel. GPUs of one data-parallel run should "
                 "move together; one below the others is the slow replica (see the Training "
                 "balance dashboard).",
-                [by_gpu("mirrorwatch_gpu_utilization_ratio")],
+                [by_gpu(GPU_UTILIZATION_RATIO)],
             ),
             ratio_series(
                 "Memory used",
@@ -51,7 +63,7 @@ def utilisation_row(t: Thresholds) -> Row:
                 "Memory controller busy",
                 "Share of time each GPU's memory controller was reading or writing (not "
                 "capacity). High with low Utilisation: a memory-bound workload.",
-                [by_gpu("mirrorwatch_gpu_memory_utilization_ratio")],
+                [by_gpu(GPU_MEMORY_UTILIZATION_RATIO)],
             ),
         ],
     )
@@ -65,8 +77,8 @@ def clock_panel(title: str, clock: str, description: str) -> Any:
         description,
         "hertz",
         [
-            by_gpu("mirrorwatch_gpu_clock_hertz", domain),
-            by_gpu("mirrorwatch_gpu_clock_max_hertz", domain, legend="max"),
+            by_gpu(GPU_CLOCK_HERTZ, domain),
+            by_gpu(GPU_CLOCK_MAX_HERTZ, domain, legend="max"),
         ],
         "max$",
     )
@@ -85,9 +97,9 @@ def thermal_row(t: Thresholds) -> Row:
                 "(uneven airflow).",
                 "celsius",
                 [
-                    by_gpu("mirrorwatch_gpu_temperature_celsius"),
+                    by_gpu(GPU_TEMPERATURE_CELSIUS),
                     by_gpu(
-                        "mirrorwatch_gpu_temperature_threshold_celsius",
+                        GPU_TEMPERATURE_THRESHOLD_CELSIUS,
                         'threshold=~"slowdown|shutdown"',
                         legend="{{threshold}}",
                     ),
@@ -100,7 +112,7 @@ def thermal_row(t: Thresholds) -> Row:
                 "Fan speed as a share of maximum, per fan. Fans follow temperature; a fan "
                 "at 100 % with a hot GPU, or one fan far below its twin, points at a failing "
                 "fan. Empty on SXM and passively cooled boards (NVML cannot see their fans).",
-                [by_gpu("mirrorwatch_gpu_fan_speed_ratio", legend="fan {{fan}}")],
+                [by_gpu(GPU_FAN_SPEED_RATIO, legend="fan {{fan}}")],
             ),
             against_limit(
                 "Power",
@@ -109,8 +121,8 @@ def thermal_row(t: Thresholds) -> Row:
                 "different limits on GPUs of one run unbalance it.",
                 "watt",
                 [
-                    by_gpu("mirrorwatch_gpu_power_watts"),
-                    by_gpu("mirrorwatch_gpu_power_limit_watts", legend="limit"),
+                    by_gpu(GPU_POWER_WATTS),
+                    by_gpu(GPU_POWER_LIMIT_WATTS, legend="limit"),
                 ],
                 "limit$",
             ),
@@ -150,7 +162,7 @@ def throttle_row(t: Thresholds) -> Row:
                 "hw_thermal_slowdown: heat (GpuThermalThrottling); sw_power_cap: the power "
                 "limit (GpuPowerCapped); hw_slowdown / hw_power_brake_slowdown: the board "
                 "cut clocks (GpuHardwareSlowdown); gpu_idle: nothing to do.",
-                by_gpu("mirrorwatch_gpu_clocks_event_active", legend="{{reason}}"),
+                by_gpu(GPU_CLOCKS_EVENT_ACTIVE, legend="{{reason}}"),
                 height=12,
             ),
             ratio_series(

@@ -17,6 +17,18 @@ from dashboards.panels import (
 from dashboards.selectors import GPU, RATE_INTERVAL, RATE_INTERVAL_SECONDS, increase, rate
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.metrics import (
+    GPU_ECC_ERRORS_TOTAL,
+    GPU_NVLINK_UP,
+    GPU_P2P_LINK_INFO,
+    GPU_PCIE_LINK_GENERATION,
+    GPU_PCIE_LINK_GENERATION_MAX,
+    GPU_PCIE_LINK_WIDTH,
+    GPU_PCIE_LINK_WIDTH_MAX,
+    GPU_PCIE_RECEIVE_BYTES_TOTAL,
+    GPU_PCIE_REPLAYS_TOTAL,
+    GPU_PCIE_TRANSMIT_BYTES_TOTAL,
+)
 
 
 def links_row(t: Thresholds) -> Row:
@@ -48,10 +60,10 @@ def links_row(t: Thresholds) -> Row:
                 "time: when did the link retrain lower?",
                 "none",
                 [
-                    by_gpu("mirrorwatch_gpu_pcie_link_width", legend="width"),
-                    by_gpu("mirrorwatch_gpu_pcie_link_width_max", legend="width max"),
-                    by_gpu("mirrorwatch_gpu_pcie_link_generation", legend="generation"),
-                    by_gpu("mirrorwatch_gpu_pcie_link_generation_max", legend="generation max"),
+                    by_gpu(GPU_PCIE_LINK_WIDTH, legend="width"),
+                    by_gpu(GPU_PCIE_LINK_WIDTH_MAX, legend="width max"),
+                    by_gpu(GPU_PCIE_LINK_GENERATION, legend="generation"),
+                    by_gpu(GPU_PCIE_LINK_GENERATION_MAX, legend="generation max"),
                 ],
                 "max$",
                 width=6,
@@ -63,8 +75,8 @@ def links_row(t: Thresholds) -> Row:
                 "pipeline. Replays (bottom) mean a marginal link.",
                 "Bps",
                 [
-                    per_gpu(rate(GPU("mirrorwatch_gpu_pcie_transmit_bytes_total")), "transmit"),
-                    per_gpu(rate(GPU("mirrorwatch_gpu_pcie_receive_bytes_total")), "receive"),
+                    per_gpu(rate(GPU(GPU_PCIE_TRANSMIT_BYTES_TOTAL)), "transmit"),
+                    per_gpu(rate(GPU(GPU_PCIE_RECEIVE_BYTES_TOTAL)), "receive"),
                 ],
                 width=6,
             ),
@@ -72,7 +84,7 @@ def links_row(t: Thresholds) -> Row:
                 "PCIe replays",
                 "PCIe replay events per interval. Replays are link-level retries: a steady "
                 "count points at a marginal slot, riser or card seating.",
-                [per_gpu(increase(GPU("mirrorwatch_gpu_pcie_replays_total")))],
+                [per_gpu(increase(GPU(GPU_PCIE_REPLAYS_TOTAL)))],
                 width=6,
                 alarm=(1, "orange"),
             ),
@@ -81,7 +93,7 @@ def links_row(t: Thresholds) -> Row:
                 "State of every NVLink link (green up, red down). A link down for "
                 f"{nvlink_down.hold_in_words} is GpuNvlinkDown: its traffic falls back to "
                 "PCIe. Empty on GPUs without NVLink.",
-                [by_gpu("mirrorwatch_gpu_nvlink_up", legend="link {{link}}")],
+                [by_gpu(GPU_NVLINK_UP, legend="link {{link}}")],
                 width=8,
             ),
             amount_series(
@@ -124,7 +136,7 @@ def errors_row(t: Thresholds) -> Row:
                 "Corrected and uncorrected memory ECC errors per interval. Any uncorrected "
                 "error is GpuEccUncorrectable: the job on that GPU likely computed garbage; "
                 "drain and reset it. Empty when ECC is off.",
-                [per_gpu(increase(GPU("mirrorwatch_gpu_ecc_errors_total")), "{{type}}")],
+                [per_gpu(increase(GPU(GPU_ECC_ERRORS_TOTAL)), "{{type}}")],
             ),
             table_panel(
                 PanelSpec(
@@ -133,7 +145,7 @@ def errors_row(t: Thresholds) -> Row:
                     "pcie_host_bridge, numa_node or cross_numa (as nvidia-smi topo -m). Replicas "
                     "on GPUs joined by NVLink or one PCIe switch scale best.",
                     "none",
-                    [instant_table(GPU("mirrorwatch_gpu_p2p_link_info"))],
+                    [instant_table(GPU(GPU_P2P_LINK_INFO))],
                     width=8,
                     transformations=[
                         organize(

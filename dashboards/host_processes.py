@@ -5,6 +5,20 @@ from __future__ import annotations
 from dashboards.host_gpus import by_gpu
 from dashboards.kinds import amount_series, ratio_series
 from dashboards.layout import Row
+from mirrorwatch.contract.metrics import (
+    GPU_DRAM_ACTIVITY_RATIO,
+    GPU_MIG_INFO,
+    GPU_MIG_MEMORY_TOTAL_BYTES,
+    GPU_MIG_MEMORY_USED_BYTES,
+    GPU_PROCESS_MEMORY_USED_BYTES,
+    GPU_PROCESS_SM_UTILIZATION_RATIO,
+    GPU_PROCESSES,
+    GPU_PROCESSES_MEMORY_USED_BYTES,
+    GPU_SM_ACTIVITY_RATIO,
+    GPU_SM_OCCUPANCY_RATIO,
+    GPU_TENSOR_ACTIVITY_RATIO,
+    GPU_UTILIZATION_RATIO,
+)
 
 
 def processes_row() -> Row:
@@ -19,7 +33,7 @@ def processes_row() -> Row:
                 "sharing it (GpuSharedWithForeignProcess where the run reports its pid). "
                 "Empty where NVML cannot list processes.",
                 "short",
-                [by_gpu("mirrorwatch_gpu_processes", legend="{{type}}")],
+                [by_gpu(GPU_PROCESSES, legend="{{type}}")],
             ),
             amount_series(
                 "Process memory (top N)",
@@ -28,8 +42,8 @@ def processes_row() -> Row:
                 "GPU's processes together. A process that leaves drops off at the next scrape.",
                 "bytes",
                 [
-                    by_gpu("mirrorwatch_gpu_process_memory_used_bytes", legend=process),
-                    by_gpu("mirrorwatch_gpu_processes_memory_used_bytes", legend="all"),
+                    by_gpu(GPU_PROCESS_MEMORY_USED_BYTES, legend=process),
+                    by_gpu(GPU_PROCESSES_MEMORY_USED_BYTES, legend="all"),
                 ],
             ),
             ratio_series(
@@ -37,7 +51,7 @@ def processes_row() -> Row:
                 "Each top process's share of the GPU's SM time over the driver's last sample "
                 "(nvmlDeviceGetProcessUtilization). Two processes sharing a training GPU "
                 "split it; empty on GPUs that do not report it.",
-                [by_gpu("mirrorwatch_gpu_process_sm_utilization_ratio", legend=process)],
+                [by_gpu(GPU_PROCESS_SM_UTILIZATION_RATIO, legend=process)],
             ),
             ratio_series(
                 "SM activity against utilisation (GPM)",
@@ -46,8 +60,8 @@ def processes_row() -> Row:
                 "small kernels or a starved replica keep the GPU nominally busy. Where every "
                 "GPU of a run has it, the run's balance is measured in SM activity.",
                 [
-                    by_gpu("mirrorwatch_gpu_sm_activity_ratio", legend="SM activity"),
-                    by_gpu("mirrorwatch_gpu_utilization_ratio", legend="utilisation"),
+                    by_gpu(GPU_SM_ACTIVITY_RATIO, legend="SM activity"),
+                    by_gpu(GPU_UTILIZATION_RATIO, legend="utilisation"),
                 ],
                 width=12,
             ),
@@ -58,27 +72,27 @@ def processes_row() -> Row:
                 "Low tensor activity in mixed-precision training: the math is not on tensor "
                 "cores; DRAM near 100 %: memory-bound.",
                 [
-                    by_gpu("mirrorwatch_gpu_sm_occupancy_ratio", legend="occupancy"),
-                    by_gpu("mirrorwatch_gpu_tensor_activity_ratio", legend="tensor"),
-                    by_gpu("mirrorwatch_gpu_dram_activity_ratio", legend="DRAM"),
+                    by_gpu(GPU_SM_OCCUPANCY_RATIO, legend="occupancy"),
+                    by_gpu(GPU_TENSOR_ACTIVITY_RATIO, legend="tensor"),
+                    by_gpu(GPU_DRAM_ACTIVITY_RATIO, legend="DRAM"),
                 ],
                 width=12,
             ),
             amount_series(
                 "MIG devices",
                 "Memory in use against the size of each MIG device (GPU instance GI, compute "
-                "instance CI) of the GPUs with MIG on; mirrorwatch_gpu_mig_info names each "
+                f"instance CI) of the GPUs with MIG on; {GPU_MIG_INFO} names each "
                 "device's profile and MIG UUID. A MIG parent has no utilisation, and the "
                 "balance rules leave it out: see the runbook, MirroredStrategy and MIG. Empty "
                 "where no GPU has MIG on.",
                 "bytes",
                 [
                     by_gpu(
-                        "mirrorwatch_gpu_mig_memory_used_bytes",
+                        GPU_MIG_MEMORY_USED_BYTES,
                         legend="GI {{gpu_instance}} CI {{compute_instance}} used",
                     ),
                     by_gpu(
-                        "mirrorwatch_gpu_mig_memory_total_bytes",
+                        GPU_MIG_MEMORY_TOTAL_BYTES,
                         legend="GI {{gpu_instance}} CI {{compute_instance}} size",
                     ),
                 ],

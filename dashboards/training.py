@@ -45,6 +45,17 @@ from dashboards.variables import RUN_GPUS_QUERY, standard_variables
 from dashboards.why import run_causes, why_row
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.metrics import (
+    GPU_CLOCKS_EVENT_ACTIVE,
+    GPU_FOREIGN_PROCESSES,
+    GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES,
+    GPU_MEMORY_TOTAL_BYTES,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
+    TRAINING_REPLICA_MEMORY_BYTES,
+    TRAINING_SCALING_EFFICIENCY_RATIO,
+    TRAINING_SCALING_SPEEDUP,
+)
 
 TITLE = "Training balance"
 PER_WORKER = "{{run}} worker {{worker}}"
@@ -215,14 +226,14 @@ def sharing_row(t: Thresholds) -> Row:
                 "GpuSharedWithForeignProcess. Empty when the exporter cannot match the run's "
                 "pids (docs/api.md).",
                 "short",
-                [Query(RUN_GPU(q.FOREIGN_COUNT), PER_GPU)],
+                [Query(RUN_GPU(GPU_FOREIGN_PROCESSES), PER_GPU)],
             ),
             amount_series(
                 "Foreign process memory",
                 "Device memory those processes hold on each GPU of the run: memory the "
                 "run's replica there cannot have. GPU host → Process memory (top N) names them.",
                 "bytes",
-                [Query(RUN_GPU(q.FOREIGN_MEMORY), PER_GPU)],
+                [Query(RUN_GPU(GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES), PER_GPU)],
                 fill_opacity=10,
             ),
         ],
@@ -246,9 +257,7 @@ def scaling_row(t: Thresholds) -> Row:
                     "Per-GPU utilisation and the GPU host's PCIe link and NVLink panels.",
                     "short",
                     [
-                        Query(
-                            RUN("mirrorwatch_training_scaling_speedup"), f"{PER_WORKER} speed-up"
-                        ),
+                        Query(RUN(TRAINING_SCALING_SPEEDUP), f"{PER_WORKER} speed-up"),
                         Query(replicas, "ideal"),
                         Query(f"{target:g} * {replicas}", f"{target:g} x ideal"),
                     ],
@@ -270,7 +279,7 @@ def scaling_row(t: Thresholds) -> Row:
                     "NVLink, a per-replica batch too small to hide the all-reduce, or an input "
                     "pipeline that cannot feed more replicas.",
                     "percentunit",
-                    [Query(RUN("mirrorwatch_training_scaling_efficiency_ratio"), PER_WORKER)],
+                    [Query(RUN(TRAINING_SCALING_EFFICIENCY_RATIO), PER_WORKER)],
                     width=12,
                     thresholds=steps((None, "red"), (target, "green")),
                     min_value=0,
@@ -294,7 +303,7 @@ def gpus_row(t: Thresholds) -> Row:
                 "sw_power_cap: the power limit; hw_slowdown / hw_power_brake_slowdown: the "
                 "board cut clocks (GpuHardwareSlowdown). A throttled GPU is the slow replica.",
                 Query(
-                    of_run(GPU("mirrorwatch_gpu_clocks_event_active")),
+                    of_run(GPU(GPU_CLOCKS_EVENT_ACTIVE)),
                     PER_GPU + " {{reason}}",
                 ),
                 height=10,
@@ -307,11 +316,11 @@ def gpus_row(t: Thresholds) -> Row:
                 "slows to its pace.",
                 "celsius",
                 [
-                    Query(of_run(GPU("mirrorwatch_gpu_temperature_celsius")), PER_GPU),
+                    Query(of_run(GPU(GPU_TEMPERATURE_CELSIUS)), PER_GPU),
                     Query(
                         of_run(
                             GPU(
-                                "mirrorwatch_gpu_temperature_threshold_celsius",
+                                GPU_TEMPERATURE_THRESHOLD_CELSIUS,
                                 'threshold="slowdown"',
                             )
                         ),
@@ -333,10 +342,10 @@ def gpus_row(t: Thresholds) -> Row:
                 "bytes",
                 [
                     Query(
-                        RUN("mirrorwatch_training_replica_memory_bytes"),
+                        RUN(TRAINING_REPLICA_MEMORY_BYTES),
                         "replica {{replica}} {{kind}}",
                     ),
-                    Query(of_run(GPU("mirrorwatch_gpu_memory_total_bytes")), f"{PER_GPU} total"),
+                    Query(of_run(GPU(GPU_MEMORY_TOTAL_BYTES)), f"{PER_GPU} total"),
                 ],
                 "total$",
                 fill_opacity=10,

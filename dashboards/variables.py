@@ -5,6 +5,13 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as dashboard_builders
 from grafana_foundation_sdk.models import dashboard as models
 
+from mirrorwatch.contract.metrics import (
+    GPU_INFO,
+    TRAINING_INFO,
+    TRAINING_REPLICA_INFO,
+    UP,
+)
+
 # The uid of the provisioned Prometheus data source (provisioning/datasources/); the
 # `datasource` variable starts on it, and a user can switch to any other Prometheus.
 DATASOURCE_UID = "mirrorwatch-prometheus"
@@ -16,9 +23,9 @@ DATASOURCE = models.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 # The matchers of one host, as dashboards.selectors.HOST has them.
 _HOST = 'job=~"$job", host=~"$host", instance=~"$instance"'
-RUNS_QUERY = f"label_values(mirrorwatch_training_info{{{_HOST}}}, run)"
-HOST_GPUS_QUERY = f"label_values(mirrorwatch_gpu_info{{{_HOST}}}, gpu)"
-RUN_GPUS_QUERY = f'label_values(mirrorwatch_training_replica_info{{{_HOST}, run=~"$run"}}, gpu)'
+RUNS_QUERY = f"label_values({TRAINING_INFO}{{{_HOST}}}, run)"
+HOST_GPUS_QUERY = f"label_values({GPU_INFO}{{{_HOST}}}, gpu)"
+RUN_GPUS_QUERY = f'label_values({TRAINING_REPLICA_INFO}{{{_HOST}, run=~"$run"}}, gpu)'
 # Behind per-host agents (deploy/fleet/) every exporter may be `localhost:9848` and only the
 # agents' `host` label tells hosts apart; on one Prometheus no series has it. Its "All" is
 # `.*`, which also matches a series without the label (PromQL: a matcher that matches the
@@ -76,13 +83,13 @@ def standard_variables(
         query_variable(
             "job",
             "Job",
-            "label_values(mirrorwatch_up, job)",
+            f"label_values({UP}, job)",
             description="Prometheus scrape job(s) of the mirrorwatch exporters.",
         ),
         query_variable(
             "host",
             "Host",
-            'label_values(mirrorwatch_up{job=~"$job"}, host)',
+            f'label_values({UP}{{job=~"$job"}}, host)',
             description="The agent's host label, where hosts write to a central store "
             "(docs/fleet.md); empty on a single Prometheus.",
             all_value=HOST_ALL,
@@ -90,7 +97,7 @@ def standard_variables(
         query_variable(
             "instance",
             "Instance",
-            'label_values(mirrorwatch_up{job=~"$job", host=~"$host"}, instance)',
+            f'label_values({UP}{{job=~"$job", host=~"$host"}}, instance)',
             description="Exporter address: one GPU host (behind agents, pick the host above).",
         ),
         query_variable(

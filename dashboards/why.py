@@ -12,11 +12,11 @@ from grafana_foundation_sdk.models import dashboard as models
 
 from dashboards.layout import Row
 from dashboards.panels import PanelSpec, instant_table, organize, table_panel
-from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.causes import CAUSES, LIVE, cause
 from mirrorwatch.alerts.queries import Select
 from mirrorwatch.alerts.rules import causes as rules
 from mirrorwatch.alerts.rules.costs import COST_5M
+from mirrorwatch.contract.causes import CAUSES, LIVE, cause
+from mirrorwatch.contract.labels import TARGET_KEY
 
 RANK, EVIDENCE = "Value #A", "Value #B"
 COLUMNS = ["instance", "gpu", "run", "cause", "evidence", "value", "precedence"]
@@ -30,7 +30,7 @@ def run_causes(s: Select) -> tuple[str, str]:
 def host_causes(s: Select) -> tuple[str, str]:
     """Rank and evidence of each cause on the selected GPUs: a GPU of an active run by the run's
     rules (they know its run peers and foreign processes), any other GPU by the host's."""
-    key = f"{q.TARGET_KEY}, uuid"
+    key = f"{TARGET_KEY}, uuid"
 
     def either(run_level: str, host_level: str) -> str:
         return f"{s(run_level)} or ({s(host_level)} unless on ({key}) {s(run_level)})"

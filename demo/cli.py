@@ -48,6 +48,7 @@ from demo.stack import (
 )
 from demo.state import DemoState, StateError, forget, fresh_folder, running_demo
 from demo.terminal import say
+from mirrorwatch.contract.vocabulary import Address, parse_prometheus_duration
 from mirrorwatch.doctor.cli import diagnose
 from mirrorwatch.doctor.cli import parser as doctor_parser
 from mirrorwatch.doctor.output import checklist
@@ -56,7 +57,6 @@ from mirrorwatch.exporter.simulate.scenario import (
     builtin_expected_alerts,
     load_scenario,
 )
-from mirrorwatch.exporter.vocabulary import Address, parse_prometheus_duration
 from mirrorwatch.report.cli import top_finding, write_report
 from mirrorwatch.report.prometheus import PrometheusError
 from mirrorwatch.report.scope import ScopeError

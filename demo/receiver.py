@@ -2,7 +2,7 @@
 
 It serves `make demo` and the end-to-end tests in-process, and the compose stack's `alert-log`
 service as ``python -m demo.receiver --listen 0.0.0.0:9095``. It imports the standard library
-and mirrorwatch's base install only (``mirrorwatch.exporter.vocabulary``): the compose service
+and mirrorwatch's base install only (``mirrorwatch.contract.vocabulary``): the compose service
 runs it with the exporter image's Python, which has that install.
 
 Alertmanager POSTs one JSON document per notification (webhook payload version 4) to the
@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
 from typing import Any
 
-from mirrorwatch.exporter.vocabulary import Address
+from mirrorwatch.contract.vocabulary import Address
 
 PATHS = ("/", "/watchdog")
 MAX_BODY_BYTES = 1 << 20  # Alertmanager sends a few KiB per group; this bounds a bad client.

@@ -22,7 +22,7 @@ import yaml
 
 from demo.processes import Process, StackError, get_json
 from mirrorwatch.alerts.thresholds import load_thresholds
-from mirrorwatch.exporter.vocabulary import Address, format_duration, parse_prometheus_duration
+from mirrorwatch.contract.vocabulary import Address, format_duration, parse_prometheus_duration
 
 REPO = Path(__file__).resolve().parent.parent
 PROMETHEUS_CONFIG = REPO / "prometheus" / "prometheus.yml"

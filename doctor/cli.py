@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from mirrorwatch.alerts.thresholds import ThresholdsError, load_thresholds
+from mirrorwatch.contract.plain_errors import Parser, UsageError, above, at_least, usage_line
 from mirrorwatch.doctor import host as hosts
 from mirrorwatch.doctor.gpu_checks import HostView, gpu_checks
 from mirrorwatch.doctor.model import Check, Outcome
@@ -30,7 +31,6 @@ from mirrorwatch.doctor.speedup import Speedup, model_step
 from mirrorwatch.doctor.tf_checks import SIMULATED, skipped_tf_checks, tf_checks
 from mirrorwatch.doctor.tf_facts import read_tf_facts
 from mirrorwatch.exporter.backend import GpuBackend
-from mirrorwatch.exporter.plain_errors import Parser, UsageError, above, at_least, usage_line
 from mirrorwatch.exporter.simulate.scenario import ScenarioError
 from mirrorwatch.trainer.cli import MODELS
 

@@ -6,8 +6,8 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from mirrorwatch.alerts.causes import cause
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import cause
 from mirrorwatch.doctor.model import Check, Status, skipped
 from mirrorwatch.exporter.backend import DeviceConfig, GpuBackend, GpuDevice, P2pLink
 
@@ -28,7 +28,7 @@ _TOPOLOGY_STATUS: Mapping[P2pLink, Status] = {
     "numa_node": "warn",
     "cross_numa": "warn",
 }
-# The clocks-event reasons of the cause table (alerts/causes.py), as the alerts read them.
+# The clocks-event reasons of the cause table (contract/causes.py), as the alerts read them.
 _THERMAL_REASONS = cause("thermal_throttling").clock_reasons
 _HARDWARE_REASONS = cause("hardware_slowdown").clock_reasons
 # An enforced limit this far under the board's default is a cap someone set, not rounding.

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 # The runbook the alerts and the run report link to: one file, the doctor's sections in it.
-from mirrorwatch.alerts.causes import RUNBOOK
+from mirrorwatch.contract.causes import RUNBOOK
 
 Status = Literal["pass", "warn", "fail", "skip"]
 STATUSES: tuple[Status, ...] = get_args(Status)

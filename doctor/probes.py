@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mirrorwatch.alerts.causes import cause
+from mirrorwatch.contract.causes import cause
 from mirrorwatch.doctor.model import Check, skipped
 from mirrorwatch.exporter.backend import GpuBackend, GpuDevice
 

@@ -22,13 +22,7 @@ import uvicorn
 from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
-from mirrorwatch.exporter import __version__
-from mirrorwatch.exporter.app import create_app
-from mirrorwatch.exporter.collectors.registry import select_collectors
-from mirrorwatch.exporter.factory import build_backend
-from mirrorwatch.exporter.ingest.protocol import bounded_protocol
-from mirrorwatch.exporter.logs import configure_logging, logging_config
-from mirrorwatch.exporter.plain_errors import (
+from mirrorwatch.contract.plain_errors import (
     Parser,
     UsageError,
     number,
@@ -36,6 +30,13 @@ from mirrorwatch.exporter.plain_errors import (
     usage_line,
     whole_number,
 )
+from mirrorwatch.contract.vocabulary import Address
+from mirrorwatch.exporter import __version__
+from mirrorwatch.exporter.app import create_app
+from mirrorwatch.exporter.collectors.registry import select_collectors
+from mirrorwatch.exporter.factory import build_backend
+from mirrorwatch.exporter.ingest.protocol import bounded_protocol
+from mirrorwatch.exporter.logs import configure_logging, logging_config
 from mirrorwatch.exporter.server import QuietServer
 from mirrorwatch.exporter.settings import (
     ENV_PREFIX,
@@ -44,7 +45,6 @@ from mirrorwatch.exporter.settings import (
     only_loopback,
     proxy_networks,
 )
-from mirrorwatch.exporter.vocabulary import Address
 from mirrorwatch.exporter.web_config import ServedTls, WebConfig, WebConfigError, load_web_config
 
 PROG = "mirrorwatch-exporter"

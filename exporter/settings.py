@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from mirrorwatch.exporter.vocabulary import Address
+from mirrorwatch.contract.vocabulary import Address
 
 ENV_PREFIX = "MIRRORWATCH_"
 DEFAULT_PORT = 9848

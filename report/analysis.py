@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mirrorwatch.alerts import causes
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract import causes
 from mirrorwatch.report import cost, hardware, processes, workload
 from mirrorwatch.report.evidence import Ask, Finding, ordered
 from mirrorwatch.report.headline import accounted, headline

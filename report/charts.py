@@ -8,6 +8,21 @@ from dataclasses import dataclass, field
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import (
+    HARDWARE_SLOWDOWN_REASONS,
+    POWER_CAP_REASONS,
+    THERMAL_REASONS,
+)
+from mirrorwatch.contract.metrics import (
+    GPU_CLOCK_HERTZ,
+    GPU_CLOCK_MAX_HERTZ,
+    GPU_CLOCKS_EVENT_ACTIVE,
+    GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES,
+    GPU_PCIE_LINK_WIDTH,
+    GPU_PCIE_LINK_WIDTH_MAX,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
+)
 from mirrorwatch.report.prometheus import Prometheus, Series
 from mirrorwatch.report.scope import Scope
 from mirrorwatch.report.svg import (
@@ -141,14 +156,14 @@ class Charts:
 
     def temperature(self) -> Chart:
         sel = self.scope.gpus_select
-        slowdown = sel("mirrorwatch_gpu_temperature_threshold_celsius", 'threshold="slowdown"')
+        slowdown = sel(GPU_TEMPERATURE_THRESHOLD_CELSIUS, 'threshold="slowdown"')
         return self._lines(
             "temperature",
             "Temperature against the slowdown threshold",
             "Each GPU's temperature; dashed: the slowdown temperature NVML reports for it.",
             "celsius",
             [
-                (sel("mirrorwatch_gpu_temperature_celsius"), _gpu, False),
+                (sel(GPU_TEMPERATURE_CELSIUS), _gpu, False),
                 (slowdown, lambda s: f"GPU {s.label('gpu')} slowdown", True),
             ],
         )
@@ -161,9 +176,9 @@ class Charts:
             "Each GPU's SM clock; dashed: its maximum.",
             "hertz",
             [
-                (sel("mirrorwatch_gpu_clock_hertz", 'clock="sm"'), _gpu, False),
+                (sel(GPU_CLOCK_HERTZ, 'clock="sm"'), _gpu, False),
                 (
-                    sel("mirrorwatch_gpu_clock_max_hertz", 'clock="sm"'),
+                    sel(GPU_CLOCK_MAX_HERTZ, 'clock="sm"'),
                     lambda s: f"GPU {s.label('gpu')} max",
                     True,
                 ),
@@ -178,9 +193,9 @@ class Charts:
             "Lanes each GPU's link trained at; dashed: the most it supports.",
             "lanes",
             [
-                (sel("mirrorwatch_gpu_pcie_link_width"), _gpu, False),
+                (sel(GPU_PCIE_LINK_WIDTH), _gpu, False),
                 (
-                    sel("mirrorwatch_gpu_pcie_link_width_max"),
+                    sel(GPU_PCIE_LINK_WIDTH_MAX),
                     lambda s: f"GPU {s.label('gpu')} max",
                     True,
                 ),
@@ -195,9 +210,15 @@ class Charts:
             "foreign",
             "Memory of processes that are not the run's",
             "Device memory held on each GPU of the run by processes other than its workers "
-            "(mirrorwatch_gpu_foreign_processes_memory_used_bytes).",
+            f"({GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES}).",
             "bytes",
-            [(f"max by (instance, gpu) ({sel(q.FOREIGN_MEMORY)})", _gpu, False)],
+            [
+                (
+                    f"max by (instance, gpu) ({sel(GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES)})",
+                    _gpu,
+                    False,
+                )
+            ],
         )
 
     def throughput(self) -> Chart:
@@ -246,15 +267,14 @@ class Charts:
         )
         sel = self.scope.gpus_select
         causes = (
-            ("thermal", q.THERMAL_REASONS),
-            ("power cap", q.POWER_CAP_REASONS),
-            ("hardware", q.HARDWARE_SLOWDOWN_REASONS),
+            ("thermal", THERMAL_REASONS),
+            ("power cap", POWER_CAP_REASONS),
+            ("hardware", HARDWARE_SLOWDOWN_REASONS),
         )
         rows = []
         for cause, clock_reasons in causes:
             query = (
-                f"max by (instance, gpu) "
-                f"({sel('mirrorwatch_gpu_clocks_event_active', q.reasons(clock_reasons))})"
+                f"max by (instance, gpu) ({sel(GPU_CLOCKS_EVENT_ACTIVE, q.reasons(clock_reasons))})"
             )
             for series in self._range(chart, query):
                 rows.append(Row(f"{_gpu(series)} {cause}", spans(series.points, self.scope.step)))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mirrorwatch.alerts.thresholds import Thresholds, ThresholdsError, load_thresholds
-from mirrorwatch.exporter.vocabulary import (
+from mirrorwatch.contract.vocabulary import (
     RUN_RULE,
     is_prometheus_duration,
     is_run_id,

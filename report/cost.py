@@ -23,6 +23,10 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.rules.costs import COST, COST_5M, COSTED_KINDS
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.labels import GPU_KEY, UUID_KEY
+from mirrorwatch.contract.metrics import (
+    GPU_P2P_LINK_INFO,
+)
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook
 from mirrorwatch.report.hardware import held_back
 
@@ -111,10 +115,8 @@ def _one_step_longer(ask: Ask, expr: str, condition: str) -> str:
     than it held: what the share would be if the sampling missed one point at each edge."""
     s = ask.scope
     held = f"count_over_time(({condition})[{s.window}:{s.resolution}])"
-    worst = (
-        f"max_over_time((({expr}) and on ({q.GPU_KEY}) ({condition}))[{s.window}:{s.resolution}])"
-    )
-    return f"clamp_max(({held} + 1) / {s.steps} * on ({q.GPU_KEY}) {worst}, 1)"
+    worst = f"max_over_time((({expr}) and on ({GPU_KEY}) ({condition}))[{s.window}:{s.resolution}])"
+    return f"clamp_max(({held} + 1) / {s.steps} * on ({GPU_KEY}) {worst}, 1)"
 
 
 # --- clocks: thermal throttling, power capping, hardware slowdown ---------------------------
@@ -150,22 +152,22 @@ CLOCK = Method(
 def _speed(sel: q.Select) -> str:
     """Each GPU's PCIe link speed now over its maximum's (generation and width together)."""
     return (
-        f"({q.pcie_link_bytes_per_second(sel)}) / on ({q.GPU_KEY}) "
+        f"({q.pcie_link_bytes_per_second(sel)}) / on ({GPU_KEY}) "
         f"({q.pcie_link_bytes_per_second(sel, '_max')})"
     )
 
 
 def _over_pcie(sel: q.Select) -> str:
     """The GPUs that reach a peer without NVLink: their all-reduce crosses their PCIe link."""
-    pairs = sel("mirrorwatch_gpu_p2p_link_info", 'link!="nvlink"')
-    return f"max by ({q.GPU_KEY}) ({pairs})"
+    pairs = sel(GPU_P2P_LINK_INFO, 'link!="nvlink"')
+    return f"max by ({GPU_KEY}) ({pairs})"
 
 
 def _measured_share(ask: Ask, on: str) -> str:
     """The run's measured communication share c on each GPU of ``on`` (a GPU series, kept
     where c is published)."""
     c = q.gpu_communication_share(ask.scope.run_select, _rate_window(ask))
-    return f"({on}) * 0 + on ({q.UUID_KEY}) group_left () ({c})"
+    return f"({on}) * 0 + on ({UUID_KEY}) group_left () ({c})"
 
 
 def _pcie(ask: Ask, t: Thresholds, f: Finding) -> Queries:
@@ -173,11 +175,11 @@ def _pcie(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     held = q.pcie_link_degraded(sel, t.busy_utilization_ratio)
     speed = _speed(sel)
     receive = q.pcie_busy_share(sel, "receive", window)
-    both = f"({receive}) + on ({q.GPU_KEY}) ({q.pcie_busy_share(sel, 'transmit', window)})"
+    both = f"({receive}) + on ({GPU_KEY}) ({q.pcie_busy_share(sel, 'transmit', window)})"
     # The copy took `busy` of each second at this link; at its maximum it would take
     # `speed` of that: the rest is what the step lost.
-    lost = f"clamp_max({receive}, 1) * on ({q.GPU_KEY}) (1 - {speed})"
-    high = f"clamp_max({both}, 1) * on ({q.GPU_KEY}) (1 - {speed})"
+    lost = f"clamp_max({receive}, 1) * on ({GPU_KEY}) (1 - {speed})"
+    high = f"clamp_max({both}, 1) * on ({GPU_KEY}) (1 - {speed})"
     return Queries(
         _held(ask, lost, held), _held(ask, f"({lost}) / 2", held), _held(ask, high, held)
     )
@@ -191,12 +193,12 @@ def _pcie_measured(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     transmit = q.pcie_busy_share(sel, "transmit", window)
     # A ring all-reduce sends as much as it receives: what the GPU received beyond what it
     # sent is its input.
-    beyond = f"clamp_min(({receive}) - on ({q.GPU_KEY}) ({transmit}), 0)"
-    copies = f"clamp_max({beyond}, 1) * on ({q.GPU_KEY}) {slower}"
-    received = f"clamp_max({receive}, 1) * on ({q.GPU_KEY}) {slower}"
-    allreduce = f"({_measured_share(ask, _over_pcie(sel))}) * on ({q.GPU_KEY}) {slower}"
-    lost = f"({copies}) + on ({q.GPU_KEY}) ({allreduce})"
-    high = f"({received}) + on ({q.GPU_KEY}) ({allreduce})"
+    beyond = f"clamp_min(({receive}) - on ({GPU_KEY}) ({transmit}), 0)"
+    copies = f"clamp_max({beyond}, 1) * on ({GPU_KEY}) {slower}"
+    received = f"clamp_max({receive}, 1) * on ({GPU_KEY}) {slower}"
+    allreduce = f"({_measured_share(ask, _over_pcie(sel))}) * on ({GPU_KEY}) {slower}"
+    lost = f"({copies}) + on ({GPU_KEY}) ({allreduce})"
+    high = f"({received}) + on ({GPU_KEY}) ({allreduce})"
     return Queries(
         _held(ask, lost, held),
         _held(ask, f"({lost}) / 2", held),
@@ -254,7 +256,7 @@ def _interconnect(ask: Ask, t: Thresholds, f: Finding) -> Queries | None:
     held = _over_pcie(sel)
     transmit = f"clamp_max({q.pcie_busy_share(sel, 'transmit', window)}, 1)"
     both = (
-        f"clamp_max(({q.pcie_busy_share(sel, 'transmit', window)}) + on ({q.GPU_KEY}) "
+        f"clamp_max(({q.pcie_busy_share(sel, 'transmit', window)}) + on ({GPU_KEY}) "
         f"({q.pcie_busy_share(sel, 'receive', window)}), 1)"
     )
     return Queries(

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mirrorwatch.alerts import causes
+from mirrorwatch.contract import causes
 from mirrorwatch.report.prometheus import Prometheus
 from mirrorwatch.report.scope import Scope
 

@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mirrorwatch.alerts import causes
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract import causes
+from mirrorwatch.contract.labels import GPU_KEY
+from mirrorwatch.contract.metrics import (
+    GPU_CLOCK_HERTZ,
+    GPU_CLOCK_MAX_HERTZ,
+    GPU_P2P_LINK_INFO,
+    GPU_PCIE_LINK_GENERATION,
+    GPU_PCIE_LINK_GENERATION_MAX,
+    GPU_PCIE_LINK_WIDTH,
+    GPU_PCIE_LINK_WIDTH_MAX,
+    GPU_TEMPERATURE_CELSIUS,
+)
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
 from mirrorwatch.report.scope import Gpu
 from mirrorwatch.report.words import percent, plural
@@ -29,13 +40,13 @@ def _figures(ask: Ask, gpu: Gpu, wanted: Sequence[tuple[str, str, str]]) -> list
 def held_back(sel: q.Select, kind: str) -> str:
     """The GPUs held back for the throttling ``kind`` at each moment (one of causes.THROTTLES):
     the same condition the live cause rules use."""
-    return causes.cause(kind).held(sel)
+    return q.held(causes.cause(kind), sel)
 
 
 def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
-    clock = q.range_mean(sel("mirrorwatch_gpu_clock_hertz", 'clock="sm"'), s.window, s.resolution)
-    top_clock = sel("mirrorwatch_gpu_clock_max_hertz", 'clock="sm"')
+    clock = q.range_mean(sel(GPU_CLOCK_HERTZ, 'clock="sm"'), s.window, s.resolution)
+    top_clock = sel(GPU_CLOCK_MAX_HERTZ, 'clock="sm"')
     clock_max = f"max_over_time({top_clock}[{s.window}])"
     findings = []
     for cause in causes.THROTTLES:
@@ -85,7 +96,7 @@ def temperature_headroom(ask: Ask, t: Thresholds) -> list[Finding]:
     margin = t.GpuTemperatureNearSlowdown.margin_celsius
     share_query = _held(ask, q.near_slowdown(sel, margin))
     least = q.range_min(q.slowdown_headroom(sel), s.window, s.resolution)
-    hottest = q.range_max(sel("mirrorwatch_gpu_temperature_celsius"), s.window, s.resolution)
+    hottest = q.range_max(sel(GPU_TEMPERATURE_CELSIUS), s.window, s.resolution)
     shares = ask.by_gpu(share_query)
     findings = []
     for gpu in s.gpus:
@@ -137,10 +148,10 @@ def pcie(ask: Ask, t: Thresholds) -> list[Finding]:
             gpu,
             [
                 ("share of the range", "ratio", share_query),
-                ("narrowest link width", "lanes", lowest("mirrorwatch_gpu_pcie_link_width")),
-                ("widest supported", "lanes", lowest("mirrorwatch_gpu_pcie_link_width_max")),
-                ("lowest generation", "", lowest("mirrorwatch_gpu_pcie_link_generation")),
-                ("highest supported", "", lowest("mirrorwatch_gpu_pcie_link_generation_max")),
+                ("narrowest link width", "lanes", lowest(GPU_PCIE_LINK_WIDTH)),
+                ("widest supported", "lanes", lowest(GPU_PCIE_LINK_WIDTH_MAX)),
+                ("lowest generation", "", lowest(GPU_PCIE_LINK_GENERATION)),
+                ("highest supported", "", lowest(GPU_PCIE_LINK_GENERATION_MAX)),
             ],
         )
         v = {f.name: f.value for f in figures}
@@ -170,7 +181,7 @@ def interconnect(ask: Ask) -> list[Finding]:
     """GPU pairs of the scope without NVLink, or across CPU sockets; NVLink links down."""
     s, sel = ask.scope, ask.scope.gpus_select
     links_query = q.p2p_links(sel, s.window)
-    slow = _held(ask, sel("mirrorwatch_gpu_p2p_link_info", 'link!="nvlink"'))
+    slow = _held(ask, sel(GPU_P2P_LINK_INFO, 'link!="nvlink"'))
     findings = []
     ours = {g.key for g in s.gpus}
     seen: set[tuple[str, str, str]] = set()
@@ -197,7 +208,7 @@ def interconnect(ask: Ask) -> list[Finding]:
                 causes.cause("interconnect").runbook,
             )
         )
-    down_query = _held(ask, f"max by ({q.GPU_KEY}) ({q.nvlink_down(sel)})")
+    down_query = _held(ask, f"max by ({GPU_KEY}) ({q.nvlink_down(sel)})")
     for gpu in s.gpus:
         figure = ask.figure("share of the range", "ratio", down_query, _labels(gpu))
         if figure is not None and figure.value > 0:

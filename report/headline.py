@@ -8,6 +8,11 @@ from typing import Any
 
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.metrics import (
+    TRAINING_EXAMPLES_TOTAL,
+    TRAINING_REPLICAS,
+    TRAINING_SCALING_SPEEDUP,
+)
 from mirrorwatch.report.cost import Cost, combined
 from mirrorwatch.report.evidence import Ask, Finding
 from mirrorwatch.report.scope import format_time
@@ -31,14 +36,14 @@ def run_queries(run: q.Select, window: str) -> dict[str, str]:
     2x), and the run's speed-up the sum of its workers' (each measures its share of the
     throughput against one replica's).
     """
-    ideal = _per_worker_total(run, "mirrorwatch_training_replicas", window)
+    ideal = _per_worker_total(run, TRAINING_REPLICAS, window)
     speedup = (
         "sum by (run) (avg by (run, worker) (avg_over_time("
-        f"{run('mirrorwatch_training_scaling_speedup')}[{window}])))"
+        f"{run(TRAINING_SCALING_SPEEDUP)}[{window}])))"
     )
     return {
         "steps": q.training_steps(run, window),
-        "examples": _per_worker_total(run, "mirrorwatch_training_examples_total", window),
+        "examples": _per_worker_total(run, TRAINING_EXAMPLES_TOTAL, window),
         "examples_per_second": q.examples_per_second_from_counter(run, window),
         "step_time_p50_seconds": q.step_time_quantile(run, 0.5, window),
         "replicas": ideal,

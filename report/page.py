@@ -7,7 +7,10 @@ from dataclasses import replace
 from html import escape
 from typing import Any
 
-from mirrorwatch.alerts.causes import TITLES
+from mirrorwatch.contract.causes import TITLES
+from mirrorwatch.contract.metrics import (
+    TRAINING_ALLREDUCE_SECONDS,
+)
 from mirrorwatch.report.analysis import NOTHING_WRONG, Analysis
 from mirrorwatch.report.charts import Chart
 from mirrorwatch.report.cost import METHODS, in_words, method_of
@@ -184,7 +187,7 @@ def unexplained_html(h: Mapping[str, Any]) -> str:
     if share is not None:
         allreduce = (
             f"The all-reduce, measured: the run's workers spent {percent(share)} of each step "
-            "in it (mirrorwatch_training_allreduce_seconds, the least of the workers' shares)."
+            f"in it ({TRAINING_ALLREDUCE_SECONDS}, the least of the workers' shares)."
         )
     else:
         allreduce = (

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.causes import cause
 from mirrorwatch.alerts.queries import Select
+from mirrorwatch.contract.causes import cause
+from mirrorwatch.contract.labels import GPU_KEY
+from mirrorwatch.contract.metrics import (
+    GPU_FOREIGN_PROCESSES,
+    GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES,
+)
 from mirrorwatch.report.evidence import Ask, Finding, share_of
 from mirrorwatch.report.words import percent, plural
 
@@ -24,8 +29,8 @@ def foreign_processes(ask: Ask) -> list[Finding]:
     without them there is nothing to find, and nothing is said.
     """
     s, sel = ask.scope, foreign_select(ask)
-    count = f"max by ({q.GPU_KEY}) ({sel(q.FOREIGN_COUNT)})"
-    memory = f"max by ({q.GPU_KEY}) ({sel(q.FOREIGN_MEMORY)})"
+    count = f"max by ({GPU_KEY}) ({sel(GPU_FOREIGN_PROCESSES)})"
+    memory = f"max by ({GPU_KEY}) ({sel(GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES)})"
     share_query = q.held_share(f"{count} > 0", s.window, s.resolution, s.steps)
     most = q.range_max(count, s.window, s.resolution)
     most_memory = q.range_max(memory, s.window, s.resolution)

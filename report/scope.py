@@ -8,6 +8,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from mirrorwatch.alerts.queries import Select
+from mirrorwatch.contract.metrics import (
+    GPU_INFO,
+    TRAINING_LAST_PUSH_TIMESTAMP_SECONDS,
+    TRAINING_REPLICA_INFO,
+    TRAINING_STEPS_TOTAL,
+    UP,
+)
 from mirrorwatch.report.prometheus import Prometheus, Series
 
 # About this many sampling points over a range: enough for a chart's width, few enough to ask
@@ -147,9 +154,7 @@ def find_scope(
     lookback = f"{max(1, int(end - start))}s"
     between = f"between {format_time(start)} and {format_time(end)}"
     if run is not None:
-        steps = prometheus.instant(
-            f'mirrorwatch_training_steps_total{{run="{run}"}}[{lookback}]', end
-        )
+        steps = prometheus.instant(f'{TRAINING_STEPS_TOTAL}{{run="{run}"}}[{lookback}]', end)
         span = _span(steps)
         if span is None:
             raise ScopeError(
@@ -157,7 +162,7 @@ def find_scope(
             )
         replicas = prometheus.instant(
             "max by (instance, uuid) (max_over_time("
-            f'mirrorwatch_training_replica_info{{run="{run}"}}[{lookback}]))',
+            f'{TRAINING_REPLICA_INFO}{{run="{run}"}}[{lookback}]))',
             end,
         )
         instances = tuple(sorted({s.label("instance") for s in steps}))
@@ -166,7 +171,7 @@ def find_scope(
         # last push, not at its last sample.
         pushed = prometheus.instant(
             "max (max_over_time("
-            f'mirrorwatch_training_last_push_timestamp_seconds{{run="{run}"}}[{lookback}]))',
+            f'{TRAINING_LAST_PUSH_TIMESTAMP_SECONDS}{{run="{run}"}}[{lookback}]))',
             end,
         )
         if pushed and span[0] < pushed[0].value < span[1]:
@@ -177,7 +182,7 @@ def find_scope(
     else:
         assert instance is not None
         target = Select((f'instance="{instance}"', *((f'host="{host}"',) if host else ())))
-        up = prometheus.instant(f"{target('mirrorwatch_up')}[{lookback}]", end)
+        up = prometheus.instant(f"{target(UP)}[{lookback}]", end)
         span = _span(up)
         if span is None:
             who = f"instance {instance}" + (f" of host {host}" if host else "")
@@ -198,7 +203,7 @@ def find_scope(
     chosen = (f'host="{host}"',) if host and run is None else ()
     info = prometheus.instant(
         "max by (instance, gpu, uuid, name) (max_over_time("
-        f"{Select((_one_of('instance', instances), *chosen))('mirrorwatch_gpu_info')}"
+        f"{Select((_one_of('instance', instances), *chosen))(GPU_INFO)}"
         f"[{lookback}]))",
         end,
     )

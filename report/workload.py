@@ -7,10 +7,13 @@ import statistics
 from collections.abc import Sequence
 
 from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.causes import cause
 from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.rules.costs import COST
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import cause
+from mirrorwatch.contract.metrics import (
+    UP,
+)
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
 from mirrorwatch.report.svg import format_value
 from mirrorwatch.report.words import percent
@@ -178,7 +181,7 @@ def telemetry_gaps(ask: Ask, t: Thresholds) -> list[Finding]:
     s = ask.scope
     findings = []
     for instance in s.instances:
-        raw = f'mirrorwatch_up{{instance="{instance}"}}[{s.window}]'
+        raw = f'{UP}{{instance="{instance}"}}[{s.window}]'
         times = [p for series in ask.prometheus.instant(raw, s.end) for p, _ in series.points]
         lost, longest = _gaps(sorted(times))
         if lost > 0:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mirrorwatch.exporter.vocabulary import MAX_WORKER, RUN_RULE, is_run_id
+from mirrorwatch.contract.vocabulary import MAX_WORKER, RUN_RULE, is_run_id
 from mirrorwatch.telemetry.comm import CommMeter
 from mirrorwatch.telemetry.meter import StepMeter
 from mirrorwatch.telemetry.pusher import DEFAULT_URL, Endpoint, Pusher

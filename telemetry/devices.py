@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mirrorwatch.exporter.vocabulary import canonical_bus_id
+from mirrorwatch.contract.vocabulary import canonical_bus_id
 
 # "device: 0, name: NVIDIA A100-SXM4-80GB, pci bus id: 0000:1b:00.0, compute capability: 8.0"
 _BUS_ID_IN_DESCRIPTION = re.compile(r"pci bus id:\s*([0-9a-fA-F:.]+)")

@@ -18,7 +18,7 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 
 # In-order steps kept uncounted until a read; beyond it the training thread counts them itself
 # (a pusher backing off for a minute must not grow the process: about 6 MiB at this length).

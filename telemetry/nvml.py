@@ -6,7 +6,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
-from mirrorwatch.exporter.vocabulary import nvml_bus_id
+from mirrorwatch.contract.vocabulary import nvml_bus_id
 
 log = logging.getLogger("mirrorwatch.telemetry")
 

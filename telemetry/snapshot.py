@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from mirrorwatch.exporter.ingest.schema import Replica, Scaling, StepDurations, TrainingSnapshot
-from mirrorwatch.exporter.procfs import pid_namespace
+from mirrorwatch.contract.procfs import pid_namespace
+from mirrorwatch.contract.snapshot import Replica, Scaling, StepDurations, TrainingSnapshot
 from mirrorwatch.telemetry import devices
 from mirrorwatch.telemetry.comm import CommMeter
 from mirrorwatch.telemetry.meter import MeterReading, StepMeter
@@ -252,7 +252,7 @@ class SnapshotBuilder:
     def body(self, active: bool, sequence: int, dropped: int) -> bytes:
         """:meth:`build` as the JSON the exporter takes (the pusher's ``build_body``)."""
         snapshot = self.build(active, sequence, dropped)
-        return snapshot.model_dump_json(by_alias=True, exclude_none=True).encode()
+        return snapshot.encode()
 
     def _replica(self, replica: devices.ReplicaDevice) -> Replica:
         current, peak = self._memory.get(replica.replica, (None, None))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mirrorwatch.exporter.vocabulary import canonical_bus_id
+from mirrorwatch.contract.vocabulary import canonical_bus_id
 from mirrorwatch.telemetry.nvml import nvml_uuids
 
 log = logging.getLogger("mirrorwatch.torch")

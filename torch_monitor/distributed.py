@@ -11,7 +11,7 @@ import os
 
 import torch.distributed as dist
 
-from mirrorwatch.exporter.vocabulary import MAX_WORKER
+from mirrorwatch.contract.vocabulary import MAX_WORKER
 from mirrorwatch.telemetry.client import fresh_run_id
 
 log = logging.getLogger("mirrorwatch.torch")

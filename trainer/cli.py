@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from mirrorwatch.exporter.plain_errors import Parser, UsageError, above, at_least, usage_line
-from mirrorwatch.exporter.vocabulary import RUN_RULE, Address, is_run_id
+from mirrorwatch.contract.plain_errors import Parser, UsageError, above, at_least, usage_line
+from mirrorwatch.contract.vocabulary import RUN_RULE, Address, is_run_id
 from mirrorwatch.telemetry.pusher import DEFAULT_URL
 
 PROG = "mirrorwatch-train"

@@ -8,7 +8,7 @@ causes, a process that is not the run's, a slower interconnect than its run peer
 when none of these holds, waiting on input (it lags the run's busiest GPU by more than the
 imbalance threshold) or none. Each series carries `cause` (the report's finding kind) and
 `evidence` (what its value is, with the unit); `:rank` gives its precedence (1 first) from
-mirrorwatch.alerts.causes, `:likely` the first of each GPU.
+mirrorwatch.contract.causes, `:likely` the first of each GPU.
 
 The rules run in order within their group, so a later one reads what an earlier one recorded
 at the same evaluation (Prometheus commits each rule's samples before the next:
@@ -19,13 +19,30 @@ why_host) asks the rank series of its lagging GPU, most important first.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.causes import LIVE, Cause, cause
 from mirrorwatch.alerts.fragments import dedent, fill, num
 from mirrorwatch.alerts.rules import Record
 from mirrorwatch.alerts.templates import gpu_value, matchers, points_of, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import LIVE, Cause, cause
+from mirrorwatch.contract.labels import GPU_KEY, RUN_KEY, TARGET_KEY, UUID_KEY, key
+from mirrorwatch.contract.metrics import (
+    GPU_CLOCK_HERTZ,
+    GPU_CLOCK_MAX_HERTZ,
+    GPU_FOREIGN_PROCESSES,
+    GPU_P2P_LINK_INFO,
+    GPU_PCIE_LINK_GENERATION,
+    GPU_PCIE_LINK_GENERATION_MAX,
+    GPU_PCIE_LINK_WIDTH,
+    GPU_PCIE_LINK_WIDTH_MAX,
+    GPU_POWER_LIMIT_WATTS,
+    GPU_POWER_WATTS,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
+    TRAINING_STEP_DURATION_SECONDS,
+)
 
 GPU_CAUSE = "instance_gpu:mirrorwatch_gpu_cause:evidence"
 GPU_CAUSE_RANK = "instance_gpu:mirrorwatch_gpu_cause:rank"
@@ -41,9 +58,9 @@ HARDWARE = tuple(
 )
 # A process that is not a run's is known only for the GPUs of a run.
 HOST_LIVE = tuple(c for c in LIVE if c.kind != "foreign_process")
-RUN_GPU_KEY = q.key("run", "gpu", "uuid")
+RUN_GPU_KEY = key("run", "gpu", "uuid")
 # What the alert looks its run GPU up by.
-RUN_UUID_KEY = q.key("run", "uuid")
+RUN_UUID_KEY = key("run", "uuid")
 SM_CLOCK = 'clock="sm"'
 
 
@@ -52,44 +69,44 @@ def _labels(c: Cause) -> dict[str, str]:
 
 
 def _per_gpu(metric: str, *matchers: str) -> str:
-    return f"max by ({q.GPU_KEY}) ({q.RULES(metric, *matchers)})"
+    return f"max by ({GPU_KEY}) ({q.RULES(metric, *matchers)})"
 
 
 def _share(metric: str, limit: str, *matchers: str) -> str:
-    return f"{_per_gpu(metric, *matchers)}\n/ on ({q.GPU_KEY})\n{_per_gpu(limit, *matchers)}"
+    return f"{_per_gpu(metric, *matchers)}\n/ on ({GPU_KEY})\n{_per_gpu(limit, *matchers)}"
 
 
 def _throttled(c: Cause) -> str:
     """Each GPU held back for this cause at this evaluation: the report's "throttled now"."""
-    return c.held(q.RULES)
+    return q.held(c, q.RULES)
 
 
 def hardware_rules(t: Thresholds) -> list[Record]:
-    sm_clock = _share("mirrorwatch_gpu_clock_hertz", "mirrorwatch_gpu_clock_max_hertz", SM_CLOCK)
+    sm_clock = _share(GPU_CLOCK_HERTZ, GPU_CLOCK_MAX_HERTZ, SM_CLOCK)
     pcie = (
-        f"{_per_gpu('mirrorwatch_gpu_pcie_link_width')}\n"
-        f"* on ({q.GPU_KEY}) {_per_gpu('mirrorwatch_gpu_pcie_link_generation')}\n"
-        f"/ on ({q.GPU_KEY})\n"
-        f"(\n  {_per_gpu('mirrorwatch_gpu_pcie_link_width_max')}\n"
-        f"  * on ({q.GPU_KEY}) {_per_gpu('mirrorwatch_gpu_pcie_link_generation_max')}\n)"
+        f"{_per_gpu(GPU_PCIE_LINK_WIDTH)}\n"
+        f"* on ({GPU_KEY}) {_per_gpu(GPU_PCIE_LINK_GENERATION)}\n"
+        f"/ on ({GPU_KEY})\n"
+        f"(\n  {_per_gpu(GPU_PCIE_LINK_WIDTH_MAX)}\n"
+        f"  * on ({GPU_KEY}) {_per_gpu(GPU_PCIE_LINK_GENERATION_MAX)}\n)"
     )
     evidence = {
         "hardware_slowdown": sm_clock,
-        "thermal_throttling": _per_gpu("mirrorwatch_gpu_temperature_celsius"),
-        "power_capping": _share("mirrorwatch_gpu_power_watts", "mirrorwatch_gpu_power_limit_watts"),
+        "thermal_throttling": _per_gpu(GPU_TEMPERATURE_CELSIUS),
+        "power_capping": _share(GPU_POWER_WATTS, GPU_POWER_LIMIT_WATTS),
         "pcie_degraded": pcie,
     }
     conditions = {c.kind: _throttled(c) for c in HARDWARE if c.clock_reasons} | {
         "pcie_degraded": fill(
             "max by («key») (\n  «degraded»\n)",
-            {"key": q.GPU_KEY, "degraded": q.pcie_link_degraded(q.RULES, t.busy_utilization_ratio)},
+            {"key": GPU_KEY, "degraded": q.pcie_link_degraded(q.RULES, t.busy_utilization_ratio)},
         )
     }
     return [
         Record(
             GPU_CAUSE,
             "(\n  «evidence»\n)\nand on («key»)\n(\n  «condition»\n)",
-            {"evidence": evidence[c.kind], "condition": conditions[c.kind], "key": q.GPU_KEY},
+            {"evidence": evidence[c.kind], "condition": conditions[c.kind], "key": GPU_KEY},
             _labels(c),
         )
         for c in HARDWARE
@@ -113,10 +130,10 @@ def interconnect(members: str, key: str) -> str:
     ).rstrip()
 
     def count(by: str, link: str) -> str:
-        parts = {"target": q.TARGET_KEY, "members": members, "link": link}
+        parts = {"target": TARGET_KEY, "members": members, "link": link}
         return fill(f"count by ({by}) (\n  «links»\n)", {**parts, "links": links})
 
-    slow = count(q.GPU_KEY, '!="nvlink"')
+    slow = count(GPU_KEY, '!="nvlink"')
     return fill(
         dedent(
             """
@@ -137,10 +154,10 @@ def interconnect(members: str, key: str) -> str:
         ),
         {
             "slow": slow,
-            "cross": count(q.GPU_KEY, '="cross_numa"'),
-            "nvlink": count(q.GPU_KEY, '="nvlink"'),
+            "cross": count(GPU_KEY, '="cross_numa"'),
+            "nvlink": count(GPU_KEY, '="nvlink"'),
             "group_nvlink": count(key, '="nvlink"'),
-            "gpu": q.GPU_KEY,
+            "gpu": GPU_KEY,
             "key": key,
         },
     )
@@ -175,26 +192,24 @@ def attach_run(expr: str) -> str:
     """``expr`` (one series per GPU) on every GPU of an active run, with the run's labels."""
     return fill(
         "(\n  «expr»\n)\n* on («target», uuid) group_right ()\ncount without () («run_gpus»)",
-        {"expr": expr, "target": q.TARGET_KEY, "run_gpus": q.RUN_GPU_UTIL},
+        {"expr": expr, "target": TARGET_KEY, "run_gpus": q.RUN_GPU_UTIL},
     )
 
 
 def host_rules(t: Thresholds) -> list[Record]:
     """The busy GPUs of a host in no active run (the host-scope imbalance's GPUs)."""
     members = q.busy_unassigned(t.busy_utilization_ratio)
-    lag = f"max by ({q.TARGET_KEY}) {members}\n- on ({q.TARGET_KEY}) group_right ()\n{members}"
+    lag = f"max by ({TARGET_KEY}) {members}\n- on ({TARGET_KEY}) group_right ()\n{members}"
     known = _before(GPU_CAUSE)
     return [
-        Record(
-            GPU_CAUSE, interconnect(members, q.TARGET_KEY), labels=_labels(cause("interconnect"))
-        ),
+        Record(GPU_CAUSE, interconnect(members, TARGET_KEY), labels=_labels(cause("interconnect"))),
         Record(
             GPU_CAUSE,
             "(\n  «lag»\n) > «spread»\nunless on («key») «known»",
             {
                 "lag": lag,
                 "spread": t.GpuUtilizationImbalance.spread_ratio,
-                "key": q.GPU_KEY,
+                "key": GPU_KEY,
                 "known": known,
             },
             _labels(cause("imbalance")),
@@ -202,11 +217,11 @@ def host_rules(t: Thresholds) -> list[Record]:
         Record(
             GPU_CAUSE,
             "(\n  «lag»\n)\nunless on («key») «known»",
-            {"lag": lag, "key": q.GPU_KEY, "known": _before(GPU_CAUSE, "none")},
+            {"lag": lag, "key": GPU_KEY, "known": _before(GPU_CAUSE, "none")},
             _labels(cause("none")),
         ),
         Record(GPU_CAUSE_RANK, _rank(GPU_CAUSE, HOST_LIVE)),
-        Record(GPU_LIKELY_CAUSE, _first(_rank(GPU_CAUSE, HOST_LIVE), q.GPU_KEY)),
+        Record(GPU_LIKELY_CAUSE, _first(_rank(GPU_CAUSE, HOST_LIVE), GPU_KEY)),
     ]
 
 
@@ -225,12 +240,12 @@ def run_rules(t: Thresholds) -> list[Record]:
         ),
         Record(
             RUN_GPU_CAUSE,
-            f"max by ({RUN_GPU_KEY}) ({q.RULES(q.FOREIGN_COUNT)}) > 0",
+            f"max by ({RUN_GPU_KEY}) ({q.RULES(GPU_FOREIGN_PROCESSES)}) > 0",
             labels=_labels(cause("foreign_process")),
         ),
         Record(
             RUN_GPU_CAUSE,
-            attach_run(interconnect(members, f"{q.TARGET_KEY}")),
+            attach_run(interconnect(members, f"{TARGET_KEY}")),
             labels=_labels(cause("interconnect")),
         ),
         Record(
@@ -258,14 +273,15 @@ _THIS_GPU = "GPU {{ $labels.gpu }}"
 _SM = fill(
     "SM clock «sm»Hz of «sm_max»Hz",
     {
-        "sm": gpu_value("mirrorwatch_gpu_clock_hertz", "humanize", SM_CLOCK),
-        "sm_max": gpu_value("mirrorwatch_gpu_clock_max_hertz", "humanize", SM_CLOCK),
+        "sm": gpu_value(GPU_CLOCK_HERTZ, "humanize", SM_CLOCK),
+        "sm_max": gpu_value(GPU_CLOCK_MAX_HERTZ, "humanize", SM_CLOCK),
     },
 )
 
 
-def _pcie(metric: str) -> str:
-    return gpu_value(f"mirrorwatch_gpu_pcie_link_{metric}")
+def _pcie(quantity: Literal["width", "generation"], limit: Literal["now", "max"]) -> str:
+    now, top = q.PCIE_LINK[quantity]
+    return gpu_value(top if limit == "max" else now)
 
 
 def _evidence_of(level: str, kind: str, key: str, pipe: str) -> str:
@@ -274,29 +290,27 @@ def _evidence_of(level: str, kind: str, key: str, pipe: str) -> str:
 
 def _phrases(level: str, key: str, group: str) -> dict[str, str]:
     """What the alert says for each live cause of the lagging GPU, with its evidence."""
-    wanted, args = matchers(q.UUID_KEY)
+    wanted, args = matchers(UUID_KEY)
     cross_numa = (
-        f'{{{{ with printf `mirrorwatch_gpu_p2p_link_info{{{wanted},link="cross_numa"}}` '
+        f'{{{{ with printf `{GPU_P2P_LINK_INFO}{{{wanted},link="cross_numa"}}` '
         f"{args} | query }}}}, across CPU sockets (cross-NUMA){{{{ end }}}}"
     )
     return {
         "hardware_slowdown": f"{_THIS_GPU} is {cause('hardware_slowdown').held_back}: the board "
         f"cut its clocks, {_SM}.",
         "thermal_throttling": f"{_THIS_GPU} is {cause('thermal_throttling').held_back}: "
-        + gpu_value("mirrorwatch_gpu_temperature_celsius", "humanize")
+        + gpu_value(GPU_TEMPERATURE_CELSIUS, "humanize")
         + " °C against its "
-        + gpu_value(
-            "mirrorwatch_gpu_temperature_threshold_celsius", "humanize", 'threshold="slowdown"'
-        )
+        + gpu_value(GPU_TEMPERATURE_THRESHOLD_CELSIUS, "humanize", 'threshold="slowdown"')
         + f" °C slowdown, {_SM}.",
         "power_capping": f"{_THIS_GPU} is {cause('power_capping').held_back}: "
-        + gpu_value("mirrorwatch_gpu_power_watts", "humanize")
+        + gpu_value(GPU_POWER_WATTS, "humanize")
         + " W of its "
-        + gpu_value("mirrorwatch_gpu_power_limit_watts", "humanize")
+        + gpu_value(GPU_POWER_LIMIT_WATTS, "humanize")
         + f" W limit, {_SM}.",
         "pcie_degraded": f"{_THIS_GPU}'s PCIe link runs below its maximum while busy: gen "
-        f"{_pcie('generation')} x{_pcie('width')} of gen {_pcie('generation_max')} "
-        f"x{_pcie('width_max')}.",
+        f"{_pcie('generation', 'now')} x{_pcie('width', 'now')} of gen "
+        f"{_pcie('generation', 'max')} x{_pcie('width', 'max')}.",
         "foreign_process": f"{_THIS_GPU} is shared with "
         + _evidence_of(level, "foreign_process", key, "")
         + " process(es) that are not the run's.",
@@ -322,10 +336,10 @@ _BALANCE_SOURCE = (
 
 def _step_time() -> str:
     """The run's median step time over the last 5 minutes, where its histogram has steps."""
-    wanted, args = matchers(q.RUN_KEY)
+    wanted, args = matchers(RUN_KEY)
     return (
         "{{ with printf `histogram_quantile(0.5, sum by (le) (rate("
-        f"mirrorwatch_training_step_duration_seconds_bucket{{{wanted}}}[5m]))) > 0` "
+        f"{TRAINING_STEP_DURATION_SECONDS}_bucket{{{wanted}}}[5m]))) > 0` "
         f"{args} | query }}}}; the run's median step takes "
         "{{ . | first | value | humanizeDuration }}{{ end }}"
     )
@@ -366,7 +380,7 @@ def why_host(runbook_url: str) -> str:
         GPU_CAUSE_RANK,
         GPU_CAUSE,
         HOST_LIVE,
-        q.UUID_KEY,
+        UUID_KEY,
         "the host",
         runbook_url,
     )

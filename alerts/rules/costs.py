@@ -7,7 +7,7 @@ read alike. The methods are the run report's (report/cost.py, docs/report.md):
 
 - clock causes (heat, power cap, hardware slowdown): a compute-bound step takes 1/r as long at
   an SM clock r of the maximum, so the run loses 1 - r while the cause holds (the same
-  "held" condition as the cause rules: mirrorwatch.alerts.causes.Cause.held);
+  "held" condition as the cause rules: mirrorwatch.alerts.queries.held);
 - straggler, measured: where the workers time their all-reduces (the torch monitor on DDP),
   the worker that waits least is the one the others wait for, and what it costs is the others'
   mean all-reduce share beyond its own, when that is at least «straggler_wait» (5 points);
@@ -21,11 +21,12 @@ read alike. The methods are the run report's (report/cost.py, docs/report.md):
 from __future__ import annotations
 
 from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.causes import THROTTLES, cause
 from mirrorwatch.alerts.fragments import fill, num
 from mirrorwatch.alerts.rules import Record
 from mirrorwatch.alerts.rules.causes import RUN_GPU_CAUSE, RUN_GPU_KEY, attach_run
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import THROTTLES, cause
+from mirrorwatch.contract.labels import GPU_KEY, RUN_KEY, WORKER_KEY
 
 COST = "run_gpu:mirrorwatch_gpu_cause_cost:ratio"
 COST_5M = "run_gpu:mirrorwatch_gpu_cause_cost:avg5m"
@@ -47,9 +48,9 @@ def _zero_where_not(expr: str, every: str) -> str:
 
 def clock_cost(kind: str) -> str:
     """1 - SM clock ratio on each run GPU while ``kind`` holds it back."""
-    held = cause(kind).held(q.RULES)
-    lost = f"(1 - ({q.sm_clock_ratio(q.RULES)}))\nand on ({q.GPU_KEY})\n({held})"
-    return attach_run(f"max by ({q.GPU_KEY}) (\n  {lost}\n)\nor\n0 * {q.GPU_UTIL}")
+    held = q.held(cause(kind), q.RULES)
+    lost = f"(1 - ({q.sm_clock_ratio(q.RULES)}))\nand on ({GPU_KEY})\n({held})"
+    return attach_run(f"max by ({GPU_KEY}) (\n  {lost}\n)\nor\n0 * {q.GPU_UTIL}")
 
 
 def measured_straggler(window: str = "5m") -> str:
@@ -67,7 +68,7 @@ def measured_straggler(window: str = "5m") -> str:
     )
     return (
         f"max by ({RUN_GPU_KEY}) (\n  {q.ACTIVE_REPLICA}\n"
-        f"  * on ({q.WORKER_KEY}) group_left ()\n  ({worker_cost})\n)"
+        f"  * on ({WORKER_KEY}) group_left ()\n  ({worker_cost})\n)"
     )
 
 
@@ -75,11 +76,11 @@ def estimated_straggler() -> str:
     """Per run GPU drawing the most power of its run: 1 - its peers' mean power over its own."""
     power = RUN_GPU_POWER
     peers = (
-        f"(sum by ({q.RUN_KEY}) ({power}) - on ({q.RUN_KEY}) group_right () {power})\n"
-        f"/ on ({q.RUN_KEY}) group_left () (count by ({q.RUN_KEY}) ({power}) - 1)"
+        f"(sum by ({RUN_KEY}) ({power}) - on ({RUN_KEY}) group_right () {power})\n"
+        f"/ on ({RUN_KEY}) group_left () (count by ({RUN_KEY}) ({power}) - 1)"
     )
-    top = f"{power} == on ({q.RUN_KEY}) group_left () max by ({q.RUN_KEY}) ({power})"
-    pair = f"on ({q.RUN_KEY}) (count by ({q.RUN_KEY}) ({power}) > 1)"
+    top = f"{power} == on ({RUN_KEY}) group_left () max by ({RUN_KEY}) ({power})"
+    pair = f"on ({RUN_KEY}) (count by ({RUN_KEY}) ({power}) > 1)"
     known = f'{RUN_GPU_CAUSE}{{cause!~"imbalance|none"}}'
     return fill(
         "clamp_min(1 - («peers») / «power», 0)\nand «top»\nand «pair»\nunless on («key») «known»",
@@ -119,5 +120,5 @@ def rules(t: Thresholds) -> list[Record]:
             for kind, expr in costed
         ),
         Record(COST_5M, f"avg_over_time({COST}[5m])"),
-        Record(RUN_COST_5M, f"max by ({q.RUN_KEY}) ({COST_5M})"),
+        Record(RUN_COST_5M, f"max by ({RUN_KEY}) ({COST_5M})"),
     ]

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.fragments import Fragment
 from mirrorwatch.alerts.rules import Alert, Severity
 from mirrorwatch.alerts.templates import gpu_value, matchers, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.labels import TARGET_KEY, key
+from mirrorwatch.contract.metrics import (
+    EXPORTER_GPUS,
+    GPU_PCIE_LINK_GENERATION,
+    GPU_PCIE_LINK_GENERATION_MAX,
+    GPU_PCIE_LINK_WIDTH,
+    GPU_PCIE_LINK_WIDTH_MAX,
+    GPU_XID_LAST_EVENT_TIMESTAMP_SECONDS,
+)
 
 # GpuXidError and GpuEccUncorrectable fire for this long after the latest event.
 EVENT_MINUTES = 10
@@ -15,15 +23,9 @@ EVENT_WINDOW: dict[str, Fragment] = {
     "event_seconds": EVENT_MINUTES * 60,
     "event_minutes": EVENT_MINUTES,
 }
-PCIE_NOW = (
-    f"gen {gpu_value('mirrorwatch_gpu_pcie_link_generation')} "
-    f"x{gpu_value('mirrorwatch_gpu_pcie_link_width')}"
-)
-PCIE_MAX = (
-    f"gen {gpu_value('mirrorwatch_gpu_pcie_link_generation_max')} "
-    f"x{gpu_value('mirrorwatch_gpu_pcie_link_width_max')}"
-)
-TARGET_MATCHERS, TARGET_ARGS = matchers(q.TARGET_KEY)
+PCIE_NOW = f"gen {gpu_value(GPU_PCIE_LINK_GENERATION)} x{gpu_value(GPU_PCIE_LINK_WIDTH)}"
+PCIE_MAX = f"gen {gpu_value(GPU_PCIE_LINK_GENERATION_MAX)} x{gpu_value(GPU_PCIE_LINK_WIDTH_MAX)}"
+TARGET_MATCHERS, TARGET_ARGS = matchers(TARGET_KEY)
 NVLINK_OF_GPU = "NVLink {{ $labels.link }} of GPU {{ $labels.gpu }} of «HOST»"
 
 
@@ -114,7 +116,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "{{ end }}.",
             "{{ $value }} missing",
             fragments={
-                "gpus": value_of("mirrorwatch_exporter_gpus", q.TARGET_KEY),
+                "gpus": value_of(EXPORTER_GPUS, TARGET_KEY),
                 "target": TARGET_MATCHERS,
                 "target_args": TARGET_ARGS,
             },
@@ -158,8 +160,8 @@ def xid_alert(severity: Severity, matcher: str, title: str, kind: str) -> Alert:
             "title": title,
             "kind": kind,
             "latest": value_of(
-                "mirrorwatch_gpu_xid_last_event_timestamp_seconds",
-                q.key("uuid", "xid"),
+                GPU_XID_LAST_EVENT_TIMESTAMP_SECONDS,
+                key("uuid", "xid"),
                 pipe="humanizeTimestamp",
             ),
         },

@@ -6,6 +6,8 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.rules import Alert
 from mirrorwatch.alerts.templates import value_of
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.labels import key
+from mirrorwatch.contract.metrics import GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES
 
 
 def alerts(t: Thresholds) -> list[Alert]:
@@ -24,7 +26,9 @@ def alerts(t: Thresholds) -> list[Alert]:
             labels={"scope": "run"},
             fragments={
                 "foreign": q.foreign_processes(q.RULES),
-                "memory": value_of(q.FOREIGN_MEMORY, q.key("uuid", "run"), pipe="humanize1024"),
+                "memory": value_of(
+                    GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES, key("uuid", "run"), pipe="humanize1024"
+                ),
             },
         ),
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.rules import Record
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import THERMAL_REASONS
 
 
 def rules(t: Thresholds) -> list[Record]:
@@ -99,7 +100,7 @@ def rules(t: Thresholds) -> list[Record]:
         Record(q.THROTTLE, q.throttle_share_of_window(q.RULES, "5m", 300)),
         # Minute by minute, so that "throttled for heat in each of the last five minutes" can
         # be asked: a 5-minute mean is above 0 for five minutes after any one-minute blip.
-        Record(q.THERMAL_MINUTE, q.throttled_share_of_minute("thermal", q.THERMAL_REASONS)),
+        Record(q.THERMAL_MINUTE, q.throttled_share_of_minute("thermal", THERMAL_REASONS)),
         Record(
             q.THROUGHPUT,
             """

@@ -6,8 +6,16 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.rules import Alert
 from mirrorwatch.alerts.templates import gpu_value
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import HARDWARE_SLOWDOWN_REASONS, POWER_CAP_REASONS
+from mirrorwatch.contract.labels import TARGET_KEY
+from mirrorwatch.contract.metrics import (
+    GPU_CLOCK_HERTZ,
+    GPU_POWER_LIMIT_WATTS,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
+)
 
-TEMPERATURE_NOW = gpu_value("mirrorwatch_gpu_temperature_celsius", "humanize")
+TEMPERATURE_NOW = gpu_value(GPU_TEMPERATURE_CELSIUS, "humanize")
 
 
 def alerts(t: Thresholds) -> list[Alert]:
@@ -44,7 +52,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "{{ $value | humanize }} °C",
             fragments={
                 "slowdown": gpu_value(
-                    "mirrorwatch_gpu_temperature_threshold_celsius",
+                    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
                     "humanize",
                     'threshold="slowdown"',
                 )
@@ -59,8 +67,8 @@ def alerts(t: Thresholds) -> list[Alert]:
             "clocks by half or more (SM clock now «sm_clock»Hz).",
             "{{ $labels.reason }}",
             fragments={
-                "hardware": q.reasons(q.HARDWARE_SLOWDOWN_REASONS),
-                "sm_clock": gpu_value("mirrorwatch_gpu_clock_hertz", "humanize", 'clock="sm"'),
+                "hardware": q.reasons(HARDWARE_SLOWDOWN_REASONS),
+                "sm_clock": gpu_value(GPU_CLOCK_HERTZ, "humanize", 'clock="sm"'),
             },
         ),
         Alert(
@@ -72,8 +80,8 @@ def alerts(t: Thresholds) -> list[Alert]:
             "minutes (alert above «throttled_fraction:%»).",
             "«PCT»",
             fragments={
-                "throttled": q.throttled_share("power", q.POWER_CAP_REASONS),
-                "limit": gpu_value("mirrorwatch_gpu_power_limit_watts", "humanize"),
+                "throttled": q.throttled_share("power", POWER_CAP_REASONS),
+                "limit": gpu_value(GPU_POWER_LIMIT_WATTS, "humanize"),
             },
         ),
         Alert(
@@ -94,7 +102,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "{{ $value | humanize }} °C",
             fragments={
                 "busy_temperature": busy_temperature,
-                "labels_of_hottest_gpu": q.labels_of_extreme(busy_temperature, q.TARGET_KEY, "max"),
+                "labels_of_hottest_gpu": q.labels_of_extreme(busy_temperature, TARGET_KEY, "max"),
                 "temperature": TEMPERATURE_NOW,
             },
         ),

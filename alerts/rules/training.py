@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.causes import BY_KIND
 from mirrorwatch.alerts.rules import Alert
 from mirrorwatch.alerts.rules.costs import COST_5M
 from mirrorwatch.alerts.templates import GPUS_OF_RUN_ON_EVERY_HOST, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.causes import BY_KIND
+from mirrorwatch.contract.labels import GPU_KEY, TARGET_KEY, WORKER_KEY
+from mirrorwatch.contract.metrics import (
+    GPU_POWER_LIMIT_WATTS,
+    GPU_POWER_WATTS,
+    GPU_UTILIZATION_RATIO,
+    TRAINING_ACTIVE,
+    TRAINING_SCALING_SPEEDUP,
+    TRAINING_STEPS_TOTAL,
+)
 
 # What TrainingHeldBack says of each costed cause, and the runbook section it points to.
 _HELD_BACK = {
@@ -36,10 +45,10 @@ def _waiting(t: Thresholds) -> str:
     s = t.TrainingHungInCollective
     window = s.no_step_window
     return (
-        f"(min_over_time(mirrorwatch_gpu_utilization_ratio[{window}]) >= {s.busy_ratio})\n"
-        f"and on ({q.GPU_KEY})\n"
-        f"(\n  max_over_time(mirrorwatch_gpu_power_watts[{window}])\n"
-        f"  / on ({q.GPU_KEY}) mirrorwatch_gpu_power_limit_watts\n  <= {s.power_limit_ratio}\n)"
+        f"(min_over_time({GPU_UTILIZATION_RATIO}[{window}]) >= {s.busy_ratio})\n"
+        f"and on ({GPU_KEY})\n"
+        f"(\n  max_over_time({GPU_POWER_WATTS}[{window}])\n"
+        f"  / on ({GPU_KEY}) {GPU_POWER_LIMIT_WATTS}\n  <= {s.power_limit_ratio}\n)"
     )
 
 
@@ -47,7 +56,7 @@ def _hung_runs(t: Thresholds) -> str:
     """Active runs, still pushing, none of whose workers made a step in the window."""
     s = t.TrainingHungInCollective
     return (
-        f"max by (run) (increase(mirrorwatch_training_steps_total[{s.no_step_window}])) == 0\n"
+        f"max by (run) (increase({TRAINING_STEPS_TOTAL}[{s.no_step_window}])) == 0\n"
         "and on (run) max by (run) (mirrorwatch_training_active) == 1\n"
         "and on (run)\n"
         "  min by (run) (time() - mirrorwatch_training_last_push_timestamp_seconds)\n"
@@ -59,10 +68,10 @@ def hung_in_collective(t: Thresholds) -> str:
     """The run's GPU that does not wait, where another of the run's does; the run alone where
     every GPU of it here waits (the culprit is on another host)."""
     run_gpus = q.RUN_GPU_UTIL
-    waiting = f"{run_gpus}\nand on ({q.TARGET_KEY}, uuid)\n(\n{_waiting(t)}\n)"
+    waiting = f"{run_gpus}\nand on ({TARGET_KEY}, uuid)\n(\n{_waiting(t)}\n)"
     hung = _hung_runs(t)
     culprit = (
-        f"{run_gpus}\nunless on ({q.TARGET_KEY}, uuid)\n(\n{_waiting(t)}\n)\n"
+        f"{run_gpus}\nunless on ({TARGET_KEY}, uuid)\n(\n{_waiting(t)}\n)\n"
         f"and on (run) count by (run) (\n{waiting}\n)\nand on (run) (\n{hung}\n)"
     )
     everyone = f"count by (run) (\n{waiting}\n)\nand on (run) (\n{hung}\n)"
@@ -122,9 +131,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "replica: a scaling efficiency of «PCT» (alert below «efficiency_ratio:%»).",
             "«PCT»",
             fragments={
-                "speedup": value_of(
-                    "mirrorwatch_training_scaling_speedup", q.WORKER_KEY, pipe='printf "%.2f"'
-                )
+                "speedup": value_of(TRAINING_SCALING_SPEEDUP, WORKER_KEY, pipe='printf "%.2f"')
             },
         ),
         # A worker that said it finished (active 0 within the exporter's run TTL) is not stale;
@@ -155,7 +162,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "warning",
             f"""
             topk by (run) (1, {COST_5M}) >= «cost_ratio»
-            and on (run) max by (run) (mirrorwatch_training_active) == 1
+            and on (run) max by (run) ({TRAINING_ACTIVE}) == 1
             """,
             "Run {{ $labels.run }} is held back by GPU {{ $labels.gpu }} ({{ $labels.cause }})",
             "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on «HOST» costs run {{ $labels.run }} "

@@ -6,6 +6,7 @@ from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.rules import Alert, causes
 from mirrorwatch.alerts.templates import POINTS, gpu_value, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.labels import TARGET_KEY, key
 
 FULL_SUMMARY = "GPU {{ $labels.gpu }} of «HOST» memory is nearly full"
 
@@ -35,7 +36,7 @@ def alerts(t: Thresholds) -> list[Alert]:
                 "points": POINTS,
                 "labels_of_lagging_gpu": q.labels_of_extreme(q.RUN_GPU_BALANCE, "run", "min"),
                 "lagging": value_of(
-                    q.RUN_GPU_BALANCE, q.key("run", "uuid"), pipe="humanizePercentage"
+                    q.RUN_GPU_BALANCE, key("run", "uuid"), pipe="humanizePercentage"
                 ),
                 "why": causes.why_run(t.runbook_url),
             },
@@ -55,7 +56,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             labels={"scope": "host"},
             fragments={
                 "points": POINTS,
-                "labels_of_lagging_gpu": q.labels_of_extreme(busy_unassigned, q.TARGET_KEY, "min"),
+                "labels_of_lagging_gpu": q.labels_of_extreme(busy_unassigned, TARGET_KEY, "min"),
                 "lagging": gpu_value(q.GPU_UTIL, "humanizePercentage"),
                 "why": causes.why_host(t.runbook_url),
             },

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from mirrorwatch.contract import metrics as names
 from mirrorwatch.exporter.backend import GpuDevice
 from mirrorwatch.exporter.exposition import (
     Series,
@@ -17,7 +19,7 @@ from mirrorwatch.exporter.exposition import (
     mark_static,
 )
 
-GPU_LABELS = ("gpu", "uuid")
+GPU_LABELS = names.GPU
 # Distinct label sets kept between scrapes; past this (pid churn in the processes collector)
 # the cache starts afresh, so it stays bounded.
 LABEL_SET_CACHE_SIZE = 50_000
@@ -93,16 +95,17 @@ def _new_series(
     return series
 
 
-class GpuGauge:
-    """A gauge family labelled per GPU; ``None`` values are skipped, so they stay absent."""
+class GpuFamily:
+    """A family labelled per GPU, as its row of the table of metric names says (type, HELP,
+    labels: ``gpu``, ``uuid``, then the extra ones); ``None`` values are skipped, so they
+    stay absent."""
 
-    _type = "gauge"
-    _suffix = ""
-
-    def __init__(self, name: str, documentation: str, extra_labels: Sequence[str] = ()) -> None:
-        self._sample_name = name + self._suffix
-        self.family = WrittenFamily(name, documentation, self._type, self._sample_name)
-        self._extra_labels = tuple(extra_labels)
+    def __init__(self, metric: names.Metric) -> None:
+        if metric.labels[: len(GPU_LABELS)] != GPU_LABELS:
+            raise ValueError(f"{metric} is not labelled per GPU: {metric.labels}")
+        self._sample_name = str(metric)
+        self.family = WrittenFamily(metric.family, metric.help, metric.type, self._sample_name)
+        self._extra_labels = metric.labels[len(GPU_LABELS) :]
 
     def add(self, gpu: GpuDevice, value: float | None, *extra: str) -> None:
         # Each sample's line is written here from its series, kept between scrapes
@@ -115,8 +118,8 @@ class GpuGauge:
             self.family.add(series, value)
 
 
-class StaticGpuGauge(GpuGauge):
-    """A GpuGauge for a family that StaticFamilies builds once and whose text the renderers
+class StaticGpuFamily(GpuFamily):
+    """A GpuFamily for a family that StaticFamilies builds once and whose text the renderers
     keep: its series are not kept between scrapes (992 topology series at 32 GPUs)."""
 
     def add(self, gpu: GpuDevice, value: float | None, *extra: str) -> None:
@@ -125,17 +128,23 @@ class StaticGpuGauge(GpuGauge):
             self.family.add(Series(self._sample_name, labels), value)
 
 
-class GpuCounter(GpuGauge):
-    """A counter family labelled per GPU; ``name`` is given without ``_total``."""
+def gauge(metric: names.Metric, value: float | None = None) -> GaugeMetricFamily:
+    """prometheus_client's gauge family of ``metric``'s row: its name, HELP and labels (a
+    ``value`` for an unlabelled one)."""
+    if value is not None:
+        return GaugeMetricFamily(metric.family, metric.help, value=value)
+    return GaugeMetricFamily(metric.family, metric.help, labels=list(metric.labels))
 
-    _type = "counter"
-    _suffix = "_total"
+
+def counter(metric: names.Metric) -> CounterMetricFamily:
+    """prometheus_client's counter family of ``metric``'s row."""
+    return CounterMetricFamily(metric.family, metric.help, labels=list(metric.labels))
 
 
-def non_empty(*families: GpuGauge | Metric) -> Iterator[Metric]:
+def non_empty(*families: GpuFamily | Metric) -> Iterator[Metric]:
     """Yield the families that got at least one sample; an unsupported metric is not exposed."""
     for family in families:
-        metric = family.family if isinstance(family, GpuGauge) else family
+        metric = family.family if isinstance(family, GpuFamily) else family
         if metric.lines if isinstance(metric, WrittenFamily) else metric.samples:
             yield metric
 

@@ -6,12 +6,13 @@ from collections.abc import Iterator, Sequence
 
 from prometheus_client.metrics_core import Metric
 
+from mirrorwatch.contract import metrics as names
 from mirrorwatch.exporter.backend import CLOCKS, GpuDevice
 from mirrorwatch.exporter.collectors.base import (
-    GpuGauge,
+    GpuFamily,
     ScrapeView,
     StaticFamilies,
-    StaticGpuGauge,
+    StaticGpuFamily,
     non_empty,
 )
 
@@ -23,7 +24,7 @@ class ClocksCollector:
         self._maxima = StaticFamilies()  # maximum clocks are read once: built once per set
 
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        current = GpuGauge("mirrorwatch_gpu_clock_hertz", "Current clock, in hertz.", ["clock"])
+        current = GpuFamily(names.GPU_CLOCK_HERTZ)
         maxima = tuple(
             (gpu, gpu.index, gpu.uuid, tuple(gpu.clock_max_hertz(clock) for clock in CLOCKS))
             for gpu in view.alive
@@ -36,11 +37,7 @@ class ClocksCollector:
 
 
 def _maximum(maxima: Sequence[_Maxima]) -> Metric:
-    maximum = StaticGpuGauge(
-        "mirrorwatch_gpu_clock_max_hertz",
-        "Maximum clock the GPU supports, in hertz.",
-        ["clock"],
-    )
+    maximum = StaticGpuFamily(names.GPU_CLOCK_MAX_HERTZ)
     for gpu, _, _, values in maxima:
         for clock, value in zip(CLOCKS, values, strict=True):
             maximum.add(gpu, value, clock)

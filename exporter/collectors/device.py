@@ -6,12 +6,13 @@ from collections.abc import Iterator, Sequence
 
 from prometheus_client.metrics_core import Metric
 
+from mirrorwatch.contract import metrics as names
 from mirrorwatch.exporter.backend import GpuDevice
 from mirrorwatch.exporter.collectors.base import (
-    GpuGauge,
+    GpuFamily,
     ScrapeView,
     StaticFamilies,
-    StaticGpuGauge,
+    StaticGpuFamily,
     non_empty,
 )
 
@@ -23,9 +24,7 @@ class DeviceCollector:
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
         identity = tuple((gpu, gpu.index, gpu.uuid, gpu.name, gpu.pci_bus_id) for gpu in view.gpus)
         (info,) = self._info.get(identity, lambda: [_info(view.gpus)])
-        up = GpuGauge(
-            "mirrorwatch_gpu_up", "1 when the GPU answered this scrape, 0 when lost or unreadable."
-        )
+        up = GpuFamily(names.GPU_UP)
         alive = {gpu.index for gpu in view.alive}
         for gpu in view.gpus:
             up.add(gpu, 1 if gpu.index in alive else 0)
@@ -33,7 +32,7 @@ class DeviceCollector:
 
 
 def _info(gpus: Sequence[GpuDevice]) -> Metric:
-    info = StaticGpuGauge("mirrorwatch_gpu_info", "GPU identity; always 1.", ["name", "pci_bus_id"])
+    info = StaticGpuFamily(names.GPU_INFO)
     for gpu in gpus:
         info.add(gpu, 1, gpu.name, gpu.pci_bus_id)
     return info.family

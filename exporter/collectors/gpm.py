@@ -10,30 +10,16 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from mirrorwatch.exporter.collectors.base import GpuGauge, ScrapeView, non_empty
+from mirrorwatch.contract import metrics as names
+from mirrorwatch.exporter.collectors.base import GpuFamily, ScrapeView, non_empty
 
 
 class GpmCollector:
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        sm_activity = GpuGauge(
-            "mirrorwatch_gpu_sm_activity_ratio",
-            "Share of SMs busy over the last GPM interval (NVML_GPM_METRIC_SM_UTIL).",
-        )
-        sm_occupancy = GpuGauge(
-            "mirrorwatch_gpu_sm_occupancy_ratio",
-            "Resident warps against the SMs' maximum over the last GPM interval"
-            " (NVML_GPM_METRIC_SM_OCCUPANCY).",
-        )
-        tensor = GpuGauge(
-            "mirrorwatch_gpu_tensor_activity_ratio",
-            "Share of time the SMs ran any tensor operation over the last GPM interval"
-            " (NVML_GPM_METRIC_ANY_TENSOR_UTIL).",
-        )
-        dram = GpuGauge(
-            "mirrorwatch_gpu_dram_activity_ratio",
-            "DRAM bandwidth used against its peak over the last GPM interval"
-            " (NVML_GPM_METRIC_DRAM_BW_UTIL).",
-        )
+        sm_activity = GpuFamily(names.GPU_SM_ACTIVITY_RATIO)
+        sm_occupancy = GpuFamily(names.GPU_SM_OCCUPANCY_RATIO)
+        tensor = GpuFamily(names.GPU_TENSOR_ACTIVITY_RATIO)
+        dram = GpuFamily(names.GPU_DRAM_ACTIVITY_RATIO)
         for gpu in view.alive:
             reading = gpu.gpm()
             if reading is None:

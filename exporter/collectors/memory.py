@@ -6,13 +6,14 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from mirrorwatch.exporter.collectors.base import GpuGauge, ScrapeView, non_empty
+from mirrorwatch.contract import metrics as names
+from mirrorwatch.exporter.collectors.base import GpuFamily, ScrapeView, non_empty
 
 
 class MemoryCollector:
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        used = GpuGauge("mirrorwatch_gpu_memory_used_bytes", "Device memory in use, in bytes.")
-        total = GpuGauge("mirrorwatch_gpu_memory_total_bytes", "Device memory in total, in bytes.")
+        used = GpuFamily(names.GPU_MEMORY_USED_BYTES)
+        total = GpuFamily(names.GPU_MEMORY_TOTAL_BYTES)
         for gpu in view.alive:
             reading = gpu.memory_bytes()
             if reading is not None:

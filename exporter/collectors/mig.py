@@ -1,7 +1,7 @@
 """MIG: whether each GPU has MIG on; per MIG device its identity, memory, processes and GPM.
 
 A MIG device's series carry its parent's ``gpu`` and ``uuid`` plus ``gpu_instance`` and
-``compute_instance`` (NVML's ids); ``mirrorwatch_gpu_mig_info`` adds ``mig_uuid`` and
+``compute_instance`` (NVML's ids); ``GPU_MIG_INFO`` adds ``mig_uuid`` and
 ``profile``, so joins stay on the small label set. GPUs without MIG have none of these series.
 """
 
@@ -11,53 +11,26 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from mirrorwatch.exporter.collectors.base import GpuGauge, ScrapeView, non_empty
+from mirrorwatch.contract import metrics as names
+from mirrorwatch.exporter.collectors.base import GpuFamily, ScrapeView, non_empty
 
-INSTANCE_LABELS = ("gpu_instance", "compute_instance")
+# Each GPM reading's field and its family.
 _GPM = (
-    ("sm_activity_ratio", "share of SMs busy"),
-    ("sm_occupancy_ratio", "SM occupancy"),
-    ("tensor_activity_ratio", "tensor activity"),
-    ("dram_activity_ratio", "DRAM bandwidth used"),
+    ("sm_activity_ratio", names.GPU_MIG_SM_ACTIVITY_RATIO),
+    ("sm_occupancy_ratio", names.GPU_MIG_SM_OCCUPANCY_RATIO),
+    ("tensor_activity_ratio", names.GPU_MIG_TENSOR_ACTIVITY_RATIO),
+    ("dram_activity_ratio", names.GPU_MIG_DRAM_ACTIVITY_RATIO),
 )
 
 
 class MigCollector:
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        enabled = GpuGauge(
-            "mirrorwatch_gpu_mig_enabled",
-            "1 when MIG is on for the GPU (nvmlDeviceGetMigMode, current mode); absent on GPUs"
-            " without MIG.",
-        )
-        info = GpuGauge(
-            "mirrorwatch_gpu_mig_info",
-            "One MIG device of the GPU: its UUID and NVML profile name (e.g. 3g.40gb).",
-            ("mig_uuid", *INSTANCE_LABELS, "profile"),
-        )
-        used = GpuGauge(
-            "mirrorwatch_gpu_mig_memory_used_bytes",
-            "Framebuffer memory allocated on the MIG device's GPU instance.",
-            INSTANCE_LABELS,
-        )
-        total = GpuGauge(
-            "mirrorwatch_gpu_mig_memory_total_bytes",
-            "Framebuffer memory of the MIG device's GPU instance.",
-            INSTANCE_LABELS,
-        )
-        processes = GpuGauge(
-            "mirrorwatch_gpu_mig_processes",
-            "Compute processes on the MIG device.",
-            INSTANCE_LABELS,
-        )
-        gpm = {
-            field: GpuGauge(
-                f"mirrorwatch_gpu_mig_{field}",
-                f"GPM {what} of the MIG device's GPU instance over the last GPM interval"
-                " (nvmlGpmMigSampleGet; Hopper and later).",
-                ("gpu_instance",),
-            )
-            for field, what in _GPM
-        }
+        enabled = GpuFamily(names.GPU_MIG_ENABLED)
+        info = GpuFamily(names.GPU_MIG_INFO)
+        used = GpuFamily(names.GPU_MIG_MEMORY_USED_BYTES)
+        total = GpuFamily(names.GPU_MIG_MEMORY_TOTAL_BYTES)
+        processes = GpuFamily(names.GPU_MIG_PROCESSES)
+        gpm = {field: GpuFamily(metric) for field, metric in _GPM}
         for gpu in view.alive:
             on = gpu.mig_enabled()
             if on is None:

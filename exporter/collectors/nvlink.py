@@ -6,23 +6,16 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from mirrorwatch.exporter.collectors.base import GpuCounter, GpuGauge, ScrapeView, non_empty
+from mirrorwatch.contract import metrics as names
+from mirrorwatch.exporter.collectors.base import GpuFamily, ScrapeView, non_empty
 
 
 class NvlinkCollector:
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        up = GpuGauge("mirrorwatch_gpu_nvlink_up", "1 when the NVLink link is active.", ["link"])
-        transmit = GpuCounter(
-            "mirrorwatch_gpu_nvlink_transmit_bytes", "Data bytes sent over the link.", ["link"]
-        )
-        receive = GpuCounter(
-            "mirrorwatch_gpu_nvlink_receive_bytes", "Data bytes received over the link.", ["link"]
-        )
-        errors = GpuCounter(
-            "mirrorwatch_gpu_nvlink_errors",
-            "NVLink data-link errors: replays, recoveries, flit and data CRC errors.",
-            ["link", "type"],
-        )
+        up = GpuFamily(names.GPU_NVLINK_UP)
+        transmit = GpuFamily(names.GPU_NVLINK_TRANSMIT_BYTES_TOTAL)
+        receive = GpuFamily(names.GPU_NVLINK_RECEIVE_BYTES_TOTAL)
+        errors = GpuFamily(names.GPU_NVLINK_ERRORS_TOTAL)
         for gpu in view.alive:
             for number, link in sorted(gpu.nvlinks().items()):
                 label = str(number)

@@ -6,13 +6,13 @@ from collections.abc import Iterator, Sequence
 
 from prometheus_client.metrics_core import Metric
 
+from mirrorwatch.contract import metrics as names
 from mirrorwatch.exporter.backend import GpuDevice
 from mirrorwatch.exporter.collectors.base import (
-    GpuCounter,
-    GpuGauge,
+    GpuFamily,
     ScrapeView,
     StaticFamilies,
-    StaticGpuGauge,
+    StaticGpuFamily,
     non_empty,
 )
 
@@ -24,19 +24,11 @@ class PcieCollector:
         self._maxima = StaticFamilies()  # the maximum link is read once: built once per set
 
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        generation = GpuGauge(
-            "mirrorwatch_gpu_pcie_link_generation", "Current PCIe link generation."
-        )
-        width = GpuGauge("mirrorwatch_gpu_pcie_link_width", "Current PCIe link width, in lanes.")
-        transmit = GpuCounter(
-            "mirrorwatch_gpu_pcie_transmit_bytes", "Bytes the GPU sent over PCIe."
-        )
-        receive = GpuCounter(
-            "mirrorwatch_gpu_pcie_receive_bytes", "Bytes the GPU received over PCIe."
-        )
-        replays = GpuCounter(
-            "mirrorwatch_gpu_pcie_replays", "PCIe replays (retransmissions after link errors)."
-        )
+        generation = GpuFamily(names.GPU_PCIE_LINK_GENERATION)
+        width = GpuFamily(names.GPU_PCIE_LINK_WIDTH)
+        transmit = GpuFamily(names.GPU_PCIE_TRANSMIT_BYTES_TOTAL)
+        receive = GpuFamily(names.GPU_PCIE_RECEIVE_BYTES_TOTAL)
+        replays = GpuFamily(names.GPU_PCIE_REPLAYS_TOTAL)
         maxima: list[_Maxima] = []
         for gpu in view.alive:
             link = gpu.pcie_link()
@@ -57,14 +49,8 @@ class PcieCollector:
 
 
 def _maxima(maxima: Sequence[_Maxima]) -> list[Metric]:
-    generation_max = StaticGpuGauge(
-        "mirrorwatch_gpu_pcie_link_generation_max",
-        "Highest PCIe generation the GPU and its slot support together.",
-    )
-    width_max = StaticGpuGauge(
-        "mirrorwatch_gpu_pcie_link_width_max",
-        "Widest PCIe link the GPU and its slot support together, in lanes.",
-    )
+    generation_max = StaticGpuFamily(names.GPU_PCIE_LINK_GENERATION_MAX)
+    width_max = StaticGpuFamily(names.GPU_PCIE_LINK_WIDTH_MAX)
     for gpu, _, _, generation, width in maxima:
         generation_max.add(gpu, generation)
         width_max.add(gpu, width)

@@ -6,18 +6,15 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from mirrorwatch.exporter.collectors.base import GpuCounter, GpuGauge, ScrapeView, non_empty
+from mirrorwatch.contract import metrics as names
+from mirrorwatch.exporter.collectors.base import GpuFamily, ScrapeView, non_empty
 
 
 class PowerCollector:
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        power = GpuGauge("mirrorwatch_gpu_power_watts", "Power draw of the board, in watts.")
-        limit = GpuGauge(
-            "mirrorwatch_gpu_power_limit_watts", "Power limit the driver enforces, in watts."
-        )
-        energy = GpuCounter(
-            "mirrorwatch_gpu_energy_joules", "Energy used since the driver loaded, in joules."
-        )
+        power = GpuFamily(names.GPU_POWER_WATTS)
+        limit = GpuFamily(names.GPU_POWER_LIMIT_WATTS)
+        energy = GpuFamily(names.GPU_ENERGY_JOULES_TOTAL)
         for gpu in view.alive:
             power.add(gpu, gpu.power_watts())
             limit.add(gpu, gpu.power_limit_watts())

@@ -11,8 +11,9 @@ from collections.abc import Iterator, Sequence
 
 from prometheus_client.metrics_core import Metric
 
+from mirrorwatch.contract import metrics as names
 from mirrorwatch.exporter.backend import PROCESS_TYPES, GpuProcess
-from mirrorwatch.exporter.collectors.base import GpuGauge, ScrapeView, non_empty
+from mirrorwatch.exporter.collectors.base import GpuFamily, ScrapeView, non_empty
 
 DEFAULT_TOP_PROCESSES = 5
 MAX_TOP_PROCESSES = 64
@@ -35,26 +36,10 @@ class ProcessesCollector:
         self._top = top
 
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        count = GpuGauge(
-            "mirrorwatch_gpu_processes",
-            "Processes with a context on the GPU, by type (a process of both types counts in"
-            " each).",
-            ["type"],
-        )
-        memory_total = GpuGauge(
-            "mirrorwatch_gpu_processes_memory_used_bytes",
-            "Device memory the GPU's processes use, summed over those that report it, bytes.",
-        )
-        memory = GpuGauge(
-            "mirrorwatch_gpu_process_memory_used_bytes",
-            "Device memory one process uses, in bytes; the top processes by memory per GPU only.",
-            ["pid", "process"],
-        )
-        sm = GpuGauge(
-            "mirrorwatch_gpu_process_sm_utilization_ratio",
-            "The process's share of SM time over the driver's last sample; top processes only.",
-            ["pid", "process"],
-        )
+        count = GpuFamily(names.GPU_PROCESSES)
+        memory_total = GpuFamily(names.GPU_PROCESSES_MEMORY_USED_BYTES)
+        memory = GpuFamily(names.GPU_PROCESS_MEMORY_USED_BYTES)
+        sm = GpuFamily(names.GPU_PROCESS_SM_UTILIZATION_RATIO)
         for gpu in view.alive:
             reading = gpu.processes()
             if reading is None:

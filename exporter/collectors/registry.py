@@ -7,11 +7,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from mirrorwatch.contract import metrics as names
 from mirrorwatch.exporter.backend import GpuBackend
-from mirrorwatch.exporter.collectors.base import GpuCollector, ScrapeView
+from mirrorwatch.exporter.collectors.base import GpuCollector, ScrapeView, gauge
 from mirrorwatch.exporter.collectors.clocks import ClocksCollector
 from mirrorwatch.exporter.collectors.device import DeviceCollector
 from mirrorwatch.exporter.collectors.ecc import EccCollector
@@ -49,8 +49,8 @@ COLLECTORS: Mapping[str, Callable[[], GpuCollector]] = {
     "mig": MigCollector,
 }
 COLLECTOR_NAMES: tuple[str, ...] = tuple(COLLECTORS)
-SUCCESS = "mirrorwatch_exporter_collector_success"
-DURATION = "mirrorwatch_exporter_collector_duration_seconds"
+SUCCESS = names.EXPORTER_COLLECTOR_SUCCESS
+DURATION = names.EXPORTER_COLLECTOR_DURATION_SECONDS
 
 
 def select_collectors(names: str) -> list[str]:
@@ -95,7 +95,7 @@ class GpuMetrics:
     """A prometheus_client collector: every scrape reads the backend afresh.
 
     Each GPU collector runs on its own; an exception in one is logged once and reported as
-    ``mirrorwatch_exporter_collector_success{collector} 0`` while the others still answer.
+    ``SUCCESS{collector} 0`` while the others still answer.
     """
 
     def __init__(
@@ -116,12 +116,8 @@ class GpuMetrics:
 
     def collect(self) -> Iterator[Metric]:
         view = self.view()
-        success = WrittenFamily(
-            SUCCESS, "1 when the collector's last run succeeded.", "gauge", SUCCESS
-        )
-        duration = WrittenFamily(
-            DURATION, "How long the collector's last run took, in seconds.", "gauge", DURATION
-        )
+        success = WrittenFamily(SUCCESS, SUCCESS.help, SUCCESS.type, SUCCESS)
+        duration = WrittenFamily(DURATION, DURATION.help, DURATION.type, DURATION)
         for name, collector in self._collectors:
             started = time.perf_counter()
             families, ok = self._run(name, collector, view)
@@ -147,28 +143,12 @@ class GpuMetrics:
 
     def _exporter_families(self, view: ScrapeView) -> Iterator[Metric]:
         status = self._backend.status()
-        yield GaugeMetricFamily(
-            "mirrorwatch_up", "1 when the GPU backend is usable.", value=1 if status.up else 0
-        )
-        build = GaugeMetricFamily(
-            "mirrorwatch_exporter_build_info",
-            "Exporter version, GPU backend and driver version; always 1.",
-            labels=["version", "backend", "driver_version"],
-        )
+        yield gauge(names.UP, value=1 if status.up else 0)
+        build = gauge(names.EXPORTER_BUILD_INFO)
         build.add_metric(
             [self._info.version, self._backend.kind, self._backend.driver_version() or ""], 1
         )
         yield build
-        yield GaugeMetricFamily(
-            "mirrorwatch_exporter_gpus", "GPUs the backend sees.", value=len(view.gpus)
-        )
-        yield GaugeMetricFamily(
-            "mirrorwatch_exporter_expected_gpus",
-            "GPUs this host should have (--expected-gpus); 0 when not configured.",
-            value=self._info.expected_gpus,
-        )
-        yield GaugeMetricFamily(
-            "mirrorwatch_exporter_run_ttl_seconds",
-            "Seconds without a push until a training worker reads inactive (--run-ttl).",
-            value=self._info.run_ttl_seconds,
-        )
+        yield gauge(names.EXPORTER_GPUS, value=len(view.gpus))
+        yield gauge(names.EXPORTER_EXPECTED_GPUS, value=self._info.expected_gpus)
+        yield gauge(names.EXPORTER_RUN_TTL_SECONDS, value=self._info.run_ttl_seconds)

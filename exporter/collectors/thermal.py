@@ -6,12 +6,13 @@ from collections.abc import Iterator, Sequence
 
 from prometheus_client.metrics_core import Metric
 
+from mirrorwatch.contract import metrics as names
 from mirrorwatch.exporter.backend import TEMPERATURE_THRESHOLDS, GpuDevice
 from mirrorwatch.exporter.collectors.base import (
-    GpuGauge,
+    GpuFamily,
     ScrapeView,
     StaticFamilies,
-    StaticGpuGauge,
+    StaticGpuFamily,
     non_empty,
 )
 
@@ -23,14 +24,8 @@ class ThermalCollector:
         self._thresholds = StaticFamilies()  # limits are read once: built once per set of them
 
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        temperature = GpuGauge(
-            "mirrorwatch_gpu_temperature_celsius", "GPU core temperature, in degrees Celsius."
-        )
-        fan = GpuGauge(
-            "mirrorwatch_gpu_fan_speed_ratio",
-            "Intended fan speed as a fraction of its maximum (0..1).",
-            ["fan"],
-        )
+        temperature = GpuFamily(names.GPU_TEMPERATURE_CELSIUS)
+        fan = GpuFamily(names.GPU_FAN_SPEED_RATIO)
         limits = tuple(
             (
                 gpu,
@@ -49,12 +44,7 @@ class ThermalCollector:
 
 
 def _thresholds(limits: Sequence[_Limits]) -> Metric:
-    threshold = StaticGpuGauge(
-        "mirrorwatch_gpu_temperature_threshold_celsius",
-        "Temperature limits NVML reports: slowdown and shutdown of the core, "
-        "the maximum operating temperatures of core and memory.",
-        ["threshold"],
-    )
+    threshold = StaticGpuFamily(names.GPU_TEMPERATURE_THRESHOLD_CELSIUS)
     for gpu, _, _, values in limits:
         for name, value in zip(TEMPERATURE_THRESHOLDS, values, strict=True):
             threshold.add(gpu, value, name)

@@ -6,21 +6,14 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from mirrorwatch.exporter.collectors.base import GpuCounter, GpuGauge, ScrapeView, non_empty
+from mirrorwatch.contract import metrics as names
+from mirrorwatch.exporter.collectors.base import GpuFamily, ScrapeView, non_empty
 
 
 class ThrottleCollector:
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        active = GpuGauge(
-            "mirrorwatch_gpu_clocks_event_active",
-            "1 while this reason holds clocks below their maximum; absent when unsupported.",
-            ["reason"],
-        )
-        seconds = GpuCounter(
-            "mirrorwatch_gpu_throttle_seconds",
-            "Time clocks were held below the requested level, by policy, in seconds.",
-            ["reason"],
-        )
+        active = GpuFamily(names.GPU_CLOCKS_EVENT_ACTIVE)
+        seconds = GpuFamily(names.GPU_THROTTLE_SECONDS_TOTAL)
         for gpu in view.alive:
             for reason, is_active in (gpu.clocks_event_reasons() or {}).items():
                 active.add(gpu, 1 if is_active else 0, reason)

@@ -12,11 +12,12 @@ from collections.abc import Iterator, Sequence
 
 from prometheus_client.metrics_core import Metric
 
+from mirrorwatch.contract import metrics as names
 from mirrorwatch.exporter.backend import GpuDevice, PeerLink
 from mirrorwatch.exporter.collectors.base import (
     ScrapeView,
     StaticFamilies,
-    StaticGpuGauge,
+    StaticGpuFamily,
     non_empty,
 )
 
@@ -31,11 +32,7 @@ class TopologyCollector:
 
 
 def _links(topology: Sequence[tuple[GpuDevice, int, str, Sequence[PeerLink]]]) -> Metric:
-    link = StaticGpuGauge(
-        "mirrorwatch_gpu_p2p_link_info",
-        "The fastest path from this GPU to peer_gpu; always 1.",
-        ["peer_gpu", "link"],
-    )
+    link = StaticGpuFamily(names.GPU_P2P_LINK_INFO)
     for gpu, _, _, peers in topology:
         for peer in peers:
             link.add(gpu, 1, str(peer.peer_index), peer.link)

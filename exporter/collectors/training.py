@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from mirrorwatch.contract import metrics as names
 from mirrorwatch.exporter.backend import GpuBackend, GpuDevice
+from mirrorwatch.exporter.collectors.base import counter, gauge
 from mirrorwatch.exporter.collectors.worker_lines import (
     ACTIVE,
     FAMILIES,
@@ -54,11 +55,7 @@ class TrainingMetrics:
             gpus = self._directory(views)
             yield from self._training(views, gpus)
             yield from self._foreign(views, gpus)
-        rejected = CounterMetricFamily(
-            "mirrorwatch_exporter_ingest_rejected",
-            "Training telemetry pushes and deletes the ingest API refused, by reason.",
-            labels=["reason"],
-        )
+        rejected = counter(names.EXPORTER_INGEST_REJECTED_TOTAL)
         for reason, count in self._rejections.counts().items():
             rejected.add_metric([reason], count)
         yield rejected
@@ -114,16 +111,8 @@ class TrainingMetrics:
                 if gpu is not None:
                     uuids.add(gpu.uuid)
         devices = self._devices() if any(uuids for _, uuids in runs.values()) else {}
-        count = GaugeMetricFamily(
-            "mirrorwatch_gpu_foreign_processes",
-            "Processes on a GPU of the run that are not the run's own workers.",
-            labels=["gpu", "uuid", "run"],
-        )
-        memory = GaugeMetricFamily(
-            "mirrorwatch_gpu_foreign_processes_memory_used_bytes",
-            "Device memory those processes use, in bytes (where NVML reports it).",
-            labels=["gpu", "uuid", "run"],
-        )
+        count = gauge(names.GPU_FOREIGN_PROCESSES)
+        memory = gauge(names.GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES)
         for run, (workers, uuids) in sorted(runs.items()):
             if run in unmatched:
                 continue

@@ -6,19 +6,14 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from mirrorwatch.exporter.collectors.base import GpuGauge, ScrapeView, non_empty
+from mirrorwatch.contract import metrics as names
+from mirrorwatch.exporter.collectors.base import GpuFamily, ScrapeView, non_empty
 
 
 class UtilizationCollector:
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        compute = GpuGauge(
-            "mirrorwatch_gpu_utilization_ratio",
-            "Fraction of the last sample period in which a kernel ran on the GPU (0..1).",
-        )
-        memory = GpuGauge(
-            "mirrorwatch_gpu_memory_utilization_ratio",
-            "Fraction of the last sample period in which device memory was read or written (0..1).",
-        )
+        compute = GpuFamily(names.GPU_UTILIZATION_RATIO)
+        memory = GpuFamily(names.GPU_MEMORY_UTILIZATION_RATIO)
         for gpu in view.alive:
             compute.add(gpu, gpu.utilization_ratio())
             memory.add(gpu, gpu.memory_utilization_ratio())

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from mirrorwatch.contract import metrics as names
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from mirrorwatch.exporter.exposition import (
     LabelTemplate,
     escape_label_value,
@@ -21,11 +23,10 @@ from mirrorwatch.exporter.exposition import (
     sample_text,
 )
 from mirrorwatch.exporter.ingest.replicas import GpuDirectory
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS, StepDurations
+from mirrorwatch.exporter.ingest.schema import StepDurations
 from mirrorwatch.exporter.ingest.store import WorkerEntry
 
 Kind = Literal["gauge", "counter", "histogram"]
-PREFIX = "mirrorwatch_training_"
 
 
 @dataclass(frozen=True)
@@ -42,51 +43,28 @@ class Family:
         return self.name + "_total" if self.kind == "counter" else self.name
 
 
-def _family(name: str, kind: Kind, documentation: str) -> Family:
-    return Family(PREFIX + name, kind, documentation)
+def _family(metric: names.Metric) -> Family:
+    """The family of ``metric``'s row of the table of metric names."""
+    return Family(metric.family, metric.type, metric.help)
 
 
-ACTIVE = _family("active", "gauge", "1 while the worker trains and pushed within the TTL.")
-INFO = _family("info", "gauge", "Model and strategy of the worker; always 1.")
-REPLICAS = _family("replicas", "gauge", "Replicas in sync on the worker.")
-GLOBAL_BATCH_SIZE = _family("global_batch_size", "gauge", "Examples per step over all replicas.")
-STEPS = _family("steps", "counter", "Training steps since the worker's session started.")
-EXAMPLES = _family("examples", "counter", "Training examples since the worker's session started.")
-STEP_DURATION = _family(
-    "step_duration_seconds", "histogram", "Wall time of each training step, in seconds."
-)
-ALLREDUCE = _family(
-    "allreduce_seconds",
-    "histogram",
-    "Time each training step's gradient all-reduces were in flight, in seconds.",
-)
-EXAMPLES_PER_SECOND = _family(
-    "examples_per_second", "gauge", "Training throughput over the recent window, examples/s."
-)
-EPOCH = _family("epoch", "gauge", "Current epoch, counted from 0.")
-LOSS = _family("loss", "gauge", "Loss of the last training step.")
-REPLICA_INFO = _family(
-    "replica_info",
-    "gauge",
-    "The GPU of this host each replica runs on; uuid matches the GPU series; always 1.",
-)
-REPLICA_MEMORY = _family(
-    "replica_memory_bytes",
-    "gauge",
-    "Device memory the replica's allocator holds, current and peak, in bytes.",
-)
-SPEEDUP = _family(
-    "scaling_speedup", "gauge", "Throughput on all replicas over throughput on one replica."
-)
-EFFICIENCY = _family(
-    "scaling_efficiency_ratio", "gauge", "Scaling speedup divided by the replica count."
-)
-DROPPED = _family(
-    "telemetry_dropped", "counter", "Snapshots the worker's callback gave up pushing."
-)
-LAST_PUSH = _family(
-    "last_push_timestamp_seconds", "gauge", "When the exporter received the worker's last push."
-)
+ACTIVE = _family(names.TRAINING_ACTIVE)
+INFO = _family(names.TRAINING_INFO)
+REPLICAS = _family(names.TRAINING_REPLICAS)
+GLOBAL_BATCH_SIZE = _family(names.TRAINING_GLOBAL_BATCH_SIZE)
+STEPS = _family(names.TRAINING_STEPS_TOTAL)
+EXAMPLES = _family(names.TRAINING_EXAMPLES_TOTAL)
+STEP_DURATION = _family(names.TRAINING_STEP_DURATION_SECONDS)
+ALLREDUCE = _family(names.TRAINING_ALLREDUCE_SECONDS)
+EXAMPLES_PER_SECOND = _family(names.TRAINING_EXAMPLES_PER_SECOND)
+EPOCH = _family(names.TRAINING_EPOCH)
+LOSS = _family(names.TRAINING_LOSS)
+REPLICA_INFO = _family(names.TRAINING_REPLICA_INFO)
+REPLICA_MEMORY = _family(names.TRAINING_REPLICA_MEMORY_BYTES)
+SPEEDUP = _family(names.TRAINING_SCALING_SPEEDUP)
+EFFICIENCY = _family(names.TRAINING_SCALING_EFFICIENCY_RATIO)
+DROPPED = _family(names.TRAINING_TELEMETRY_DROPPED_TOTAL)
+LAST_PUSH = _family(names.TRAINING_LAST_PUSH_TIMESTAMP_SECONDS)
 # In the order a scrape lists them.
 FAMILIES = (
     ACTIVE,

@@ -6,21 +6,14 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from mirrorwatch.exporter.collectors.base import GpuCounter, GpuGauge, ScrapeView, non_empty
+from mirrorwatch.contract import metrics as names
+from mirrorwatch.exporter.collectors.base import GpuFamily, ScrapeView, non_empty
 
 
 class XidCollector:
     def collect(self, view: ScrapeView) -> Iterator[Metric]:
-        errors = GpuCounter(
-            "mirrorwatch_gpu_xid_errors",
-            "XID error events since the exporter started, by XID number.",
-            ["xid"],
-        )
-        last_event = GpuGauge(
-            "mirrorwatch_gpu_xid_last_event_timestamp_seconds",
-            "Unix time of the latest XID event of this number since the exporter started.",
-            ["xid"],
-        )
+        errors = GpuFamily(names.GPU_XID_ERRORS_TOTAL)
+        last_event = GpuFamily(names.GPU_XID_LAST_EVENT_TIMESTAMP_SECONDS)
         # Every GPU, lost ones included: the XID that reported the loss is the point.
         for gpu in view.gpus:
             for xid, count in sorted(gpu.xid_errors_total().items()):

@@ -15,10 +15,10 @@ import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mirrorwatch.contract.vocabulary import RUN_RULE, WORKER_RULE, is_run_id, is_worker_index
 from mirrorwatch.exporter.ingest.auth import IngestAuth
 from mirrorwatch.exporter.ingest.body import BodyLimits, check_and_parse
 from mirrorwatch.exporter.ingest.errors import IngestError, RejectionCounter
-from mirrorwatch.exporter.vocabulary import RUN_RULE, WORKER_RULE, is_run_id, is_worker_index
 
 INGEST_PATH = "/api/v1/runs"
 MAX_BODY_BYTES = 1024 * 1024

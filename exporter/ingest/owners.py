@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirrorwatch.exporter.procfs import INIT_PID_NAMESPACE, PROC, innermost_pid, pid_namespace
+from mirrorwatch.contract.procfs import INIT_PID_NAMESPACE, PROC, innermost_pid, pid_namespace
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mirrorwatch.contract.vocabulary import canonical_bus_id
 from mirrorwatch.exporter.backend import GpuDevice
 from mirrorwatch.exporter.ingest.schema import Replica
-from mirrorwatch.exporter.vocabulary import canonical_bus_id
 
 
 @dataclass(frozen=True)

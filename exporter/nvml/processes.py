@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mirrorwatch.contract.procfs import PROC, in_host_pid_namespace, process_name
 from mirrorwatch.exporter.backend import GpuProcess, GpuProcesses, ProcessType
 from mirrorwatch.exporter.nvml.session import GpuHandle, NvmlSession
 from mirrorwatch.exporter.nvml.versions import CONF_COMPUTE_SYMBOL, PROCESS_DETAIL_SYMBOL
-from mirrorwatch.exporter.procfs import PROC, in_host_pid_namespace, process_name
 
 _PERCENT = 100.0
 _NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE as unsigned long long

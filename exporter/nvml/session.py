@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal
 
+from mirrorwatch.contract.vocabulary import canonical_bus_id
 from mirrorwatch.exporter.nvml.versions import LADDERS, STABLE_FIELD_IDS, Version
-from mirrorwatch.exporter.vocabulary import canonical_bus_id
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ from fastapi import APIRouter, FastAPI, Path, Request, Response
 from fastapi.openapi.models import Schema
 from pydantic import BaseModel
 
+from mirrorwatch.contract.vocabulary import MAX_WORKER, RUN_PATTERN, RUN_RULE
 from mirrorwatch.exporter.ingest.errors import IngestError
 from mirrorwatch.exporter.ingest.schema import TrainingSnapshot
 from mirrorwatch.exporter.ingest.store import PushRefusedError, RefusalKind, RunStore
 from mirrorwatch.exporter.state import ExporterState
-from mirrorwatch.exporter.vocabulary import MAX_WORKER, RUN_PATTERN, RUN_RULE
 
 WORKER_PATH = "/api/v1/runs/{run}/workers/{worker}"
 

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Final
 
-from mirrorwatch.alerts.queries import PCIE_LANE_BYTES_PER_SECOND
+from mirrorwatch.contract.pcie import PCIE_LANE_BYTES_PER_SECOND
 from mirrorwatch.exporter.simulate.physics import (
     IDLE_BELOW_UTILIZATION,
     GpuPhysics,

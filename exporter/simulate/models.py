@@ -20,6 +20,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from mirrorwatch.contract.vocabulary import parse_duration
 from mirrorwatch.exporter.backend import (
     ClocksEventReason,
     ComputeMode,
@@ -27,7 +28,6 @@ from mirrorwatch.exporter.backend import (
     NvlinkErrorType,
     P2pLink,
 )
-from mirrorwatch.exporter.vocabulary import parse_duration
 
 MAX_GPUS = 64
 DURATION_HINT = 'must be a duration like 90, "90s" or "5m"'

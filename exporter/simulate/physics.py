@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Final
 
-from mirrorwatch.alerts import causes
+from mirrorwatch.contract import causes
 from mirrorwatch.exporter.backend import (
     CLOCKS_EVENT_REASONS,
     ECC_ERROR_TYPES,
@@ -92,7 +92,7 @@ def _bits(reasons: Sequence[str]) -> int:
 
 
 # Which active reasons accrue violation time under each throttle_seconds_total reason. The
-# cause table's (alerts/causes.py): each throttling cause's clocks-event reasons under the
+# cause table's (contract/causes.py): each throttling cause's clocks-event reasons under the
 # violation counter that times it, so the simulated counters say what the rules and the report
 # read them as; hardware slowdown, timed by no counter the rules read, under the board limit.
 _ACCRUES: Final = {

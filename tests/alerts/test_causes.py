@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from mirrorwatch.alerts.causes import KINDS, LIVE, RANK
+from mirrorwatch.contract.causes import KINDS, LIVE, RANK
 from mirrorwatch.report.evidence import Finding, ordered
 from tests.alerts.tools import ALERTS, RULES, binary, firing_alert, load_yaml, render_template, run
 

@@ -1,4 +1,4 @@
-"""Label key sets: one home (alerts/queries.py); every alert-text lookup carries its whole key."""
+"""Label key sets: one home (contract/labels.py); every alert-text lookup carries its whole key."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mirrorwatch.alerts.queries import TARGET_LABELS
+from mirrorwatch.contract.labels import TARGET_LABELS
 from tests.alerts.tools import ALERTS, alert_rules
 
 # The modules that write rule text, and the annotation pieces they share.

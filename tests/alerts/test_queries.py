@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mirrorwatch.alerts import queries as q
+from mirrorwatch.contract.causes import POWER_CAP_REASONS, THERMAL_REASONS
 from tests.alerts.tools import alert_rules
 
 
@@ -25,8 +26,8 @@ def test_the_same_query_serves_rules_and_dashboards() -> None:
 
 
 def test_one_reason_is_an_equality_several_a_regex() -> None:
-    assert q.reasons(q.POWER_CAP_REASONS) == 'reason="sw_power_cap"'
-    assert q.reasons(q.THERMAL_REASONS) == 'reason=~"sw_thermal_slowdown|hw_thermal_slowdown"'
+    assert q.reasons(POWER_CAP_REASONS) == 'reason="sw_power_cap"'
+    assert q.reasons(THERMAL_REASONS) == 'reason=~"sw_thermal_slowdown|hw_thermal_slowdown"'
 
 
 def test_spread_parenthesises_only_what_needs_it() -> None:

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mirrorwatch.contract.metrics import METRICS
+
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = REPO / "dashboards"
 JSON_DIR = DASHBOARDS / "json"
 PROVISIONING = DASHBOARDS / "provisioning"
 RULES = REPO / "alerts" / "mirrorwatch.rules.yml"
-METRICS_DOC = REPO / "docs" / "metrics.md"
 RUNBOOK = REPO / "docs" / "runbook.md"
 ANNOTATION = "annotation"
 
@@ -209,16 +210,13 @@ def selectors(expr: str) -> list[Selector]:
 
 
 def documented_metrics() -> set[str]:
-    """Metric names from the tables of docs/metrics.md, histograms with their series."""
+    """Metric names from the table of metric names (contract/metrics.py, which docs/metrics.md
+    is written from), histograms with their series."""
     names: set[str] = set()
-    for line in METRICS_DOC.read_text(encoding="utf-8").splitlines():
-        cells = [cell.strip() for cell in line.split("|")]
-        if len(cells) < 3 or not cells[1].startswith("`mirrorwatch_"):
-            continue
-        for name in re.findall(r"`(mirrorwatch_\w+)`", cells[1]):
-            names.add(name)
-            if cells[2].startswith("histogram"):
-                names.update({f"{name}_bucket", f"{name}_sum", f"{name}_count"})
+    for metric in METRICS:
+        names.add(str(metric))
+        if metric.type == "histogram":
+            names.update(metric.part(suffix) for suffix in ("bucket", "sum", "count"))
     return names
 
 

@@ -24,10 +24,10 @@ import httpx
 import pytest
 import yaml
 
+from mirrorwatch.contract.procfs import INIT_PID_NAMESPACE
 from mirrorwatch.exporter.ingest.schema import (
     Scaling,
 )
-from mirrorwatch.exporter.procfs import INIT_PID_NAMESPACE
 from tests.dashboards.queries import (
     ANNOTATION,
     RULES,

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mirrorwatch.alerts.causes import RANK
+from mirrorwatch.contract.causes import RANK
 from tests.dashboards.queries import Target, all_targets, expand
 from tests.dashboards.test_live import (
     RATE_INTERVAL,

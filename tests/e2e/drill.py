@@ -37,7 +37,7 @@ from demo.stack import (
 )
 from mirrorwatch.alerts.build import render
 from mirrorwatch.alerts.thresholds import THRESHOLDS_FILE, Thresholds, load_thresholds
-from mirrorwatch.exporter.vocabulary import Address, format_duration, parse_prometheus_duration
+from mirrorwatch.contract.vocabulary import Address, format_duration, parse_prometheus_duration
 from tests.exporter.ingest_snapshots import steady_training
 from tests.ports import free_port
 

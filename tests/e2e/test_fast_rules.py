@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from demo.stack import RULES, load_yaml
-from mirrorwatch.exporter.vocabulary import parse_prometheus_duration
+from mirrorwatch.contract.vocabulary import parse_prometheus_duration
 from tests.e2e.drill import FOR_DIVISOR, FastRules
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mirrorwatch.exporter.procfs import INIT_PID_NAMESPACE
+from mirrorwatch.contract.procfs import INIT_PID_NAMESPACE
 from tests.e2e.drill import FastRules, Latency, measure, running_drill, synthetic_training
 
 RUN = "e2e-foreign"

@@ -25,7 +25,7 @@ from demo.stack import (
     prometheus_config,
     prometheus_process,
 )
-from mirrorwatch.exporter.vocabulary import Address
+from mirrorwatch.contract.vocabulary import Address
 from tests.e2e.drill import (
     RESEND_DELAY,
     SCRAPE_INTERVAL,

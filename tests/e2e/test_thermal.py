@@ -12,7 +12,7 @@ import pytest
 
 from mirrorwatch.alerts.queries import SHARE_STEP
 from mirrorwatch.alerts.rules.costs import COST_5M
-from mirrorwatch.exporter.vocabulary import parse_prometheus_duration
+from mirrorwatch.contract.vocabulary import parse_prometheus_duration
 from mirrorwatch.report.cli import write_report
 from mirrorwatch.report.cost import LIVE_COST
 from tests.e2e.drill import FastRules, Latency, measure, running_drill, synthetic_training

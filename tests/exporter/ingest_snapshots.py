@@ -8,8 +8,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from mirrorwatch.exporter.ingest.schema import (
-    STEP_DURATION_BUCKETS,
     Replica,
     Scaling,
     StepDurations,

@@ -1,4 +1,5 @@
-"""A golden exposition: the simulated thermal-throttle host at a fixed clock, byte for byte.
+"""Golden expositions: the simulated thermal-throttle host at a fixed clock, and a scrape of
+every family the exporter serves (every-family.prom), byte for byte.
 
 Regenerate after an intended change with `UPDATE_GOLDEN=1 pytest tests/exporter/test_golden.py`
 and review the diff like code.
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics
 from mirrorwatch.exporter.simulate.backend import SimulatedBackend
 from mirrorwatch.exporter.simulate.scenario import load_scenario
+from tests.exporter import every_family
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -51,3 +53,13 @@ def test_exposition_matches_the_golden_file(scenario: str, at_seconds: float) ->
 
 def test_the_same_clock_gives_the_same_exposition() -> None:
     assert exposition("imbalance", 300.0) == exposition("imbalance", 300.0)
+
+
+def test_a_scrape_of_every_family_matches_its_golden_file() -> None:
+    """Every family the exporter can serve, GPU, MIG, processes, training and ingest alike
+    (tests/exporter/every_family.py): the exposition the series-name checks read."""
+    golden = GOLDEN / "every-family.prom"
+    text = every_family.exposition()
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        golden.write_text(text)
+    assert text == golden.read_text()

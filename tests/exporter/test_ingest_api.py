@@ -9,10 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from mirrorwatch.exporter.app import create_app
 from mirrorwatch.exporter.backend import BackendStatus
 from mirrorwatch.exporter.ingest.errors import REASONS
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS
 from mirrorwatch.exporter.settings import Settings
 from tests.exporter.ingest_snapshots import (
     BUS0,

@@ -12,6 +12,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from mirrorwatch.contract.metrics import (
+    GPU_FOREIGN_PROCESSES,
+    GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES,
+)
+from mirrorwatch.contract.procfs import INIT_PID_NAMESPACE
 from mirrorwatch.exporter.app import create_app
 from mirrorwatch.exporter.backend import GpuProcess, GpuProcesses
 from mirrorwatch.exporter.collectors.training import TrainingMetrics
@@ -20,7 +25,6 @@ from mirrorwatch.exporter.ingest.owners import ProcessOwners, Worker
 from mirrorwatch.exporter.ingest.schema import TrainingSnapshot
 from mirrorwatch.exporter.ingest.store import Limits, RunStore
 from mirrorwatch.exporter.logs import RejectionLog
-from mirrorwatch.exporter.procfs import INIT_PID_NAMESPACE
 from mirrorwatch.exporter.settings import Settings
 from tests.exporter.ingest_snapshots import (
     BUS0,
@@ -37,8 +41,8 @@ from tests.exporter.static_gpu import GIB, StaticBackend, StaticGpu
 URL = "/api/v1/runs/r1/workers/0"
 LOOPBACK = ("127.0.0.1", 50000)
 CONTAINER_NS = 4026532999
-FOREIGN = "mirrorwatch_gpu_foreign_processes"
-FOREIGN_MEMORY = "mirrorwatch_gpu_foreign_processes_memory_used_bytes"
+FOREIGN = GPU_FOREIGN_PROCESSES
+FOREIGN_MEMORY = GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES
 
 
 def on_gpu(*processes: tuple[int, float | None]) -> GpuProcesses:

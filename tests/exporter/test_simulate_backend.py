@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mirrorwatch.alerts import causes
+from mirrorwatch.contract import causes
 from mirrorwatch.exporter.backend import (
     CLOCKS,
     CLOCKS_EVENT_REASONS,
@@ -508,7 +508,7 @@ CAUSE_REASONS = [(reason, c) for c in causes.THROTTLES for reason in c.clock_rea
 def test_a_throttle_reason_accrues_only_under_its_own_causes_counter(
     tmp_path: Path, reason: str, cause: causes.Cause
 ) -> None:
-    """The rules and the report read a cause's violation counter (alerts/causes.py): a reason
+    """The rules and the report read a cause's violation counter (contract/causes.py): a reason
     of one cause never times another's, so a power brake is a hardware slowdown, not a cap."""
     scenario = scenario_from(
         tmp_path,

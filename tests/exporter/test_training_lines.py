@@ -20,11 +20,12 @@ from prometheus_client.core import (
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from mirrorwatch.exporter.collectors.training import TrainingMetrics
 from mirrorwatch.exporter.exposition import OpenMetricsRenderer, TextRenderer
 from mirrorwatch.exporter.ingest.errors import RejectionCounter
 from mirrorwatch.exporter.ingest.replicas import GpuDirectory
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS, StepDurations
+from mirrorwatch.exporter.ingest.schema import StepDurations
 from mirrorwatch.exporter.ingest.store import Limits, RunStore, WorkerView
 from mirrorwatch.exporter.logs import RejectionLog
 from mirrorwatch.exporter.settings import Settings

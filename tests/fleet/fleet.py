@@ -22,7 +22,7 @@ import yaml
 
 from demo.processes import Process, Processes, StackError
 from demo.stack import REPO, exporter_process, find_binary, load_yaml, write_yaml
-from mirrorwatch.exporter.vocabulary import Address
+from mirrorwatch.contract.vocabulary import Address
 from tests.ports import free_port
 
 DEPLOY = REPO / "deploy" / "fleet"

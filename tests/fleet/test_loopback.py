@@ -23,7 +23,7 @@ import yaml
 
 from demo.processes import Processes, StackError
 from demo.receiver import Alert, Notification, Receiver
-from mirrorwatch.exporter.vocabulary import Address
+from mirrorwatch.contract.vocabulary import Address
 from tests.dashboards.queries import expand, load_dashboards, targets
 from tests.e2e.drill import FastRules, build_fast_rules, start_alertmanager
 from tests.fleet.fleet import (

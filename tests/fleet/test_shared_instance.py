@@ -24,7 +24,7 @@ import pytest
 
 from demo.processes import Process, Processes, StackError
 from demo.stack import write_yaml
-from mirrorwatch.exporter.vocabulary import Address
+from mirrorwatch.contract.vocabulary import Address
 from mirrorwatch.report.cli import main as report_main
 from tests.dashboards.queries import expand, load_dashboards, targets
 from tests.e2e.drill import build_fast_rules

@@ -19,9 +19,9 @@ import pytest
 
 from demo.processes import Process, Processes, StackError
 from demo.stack import RULES, exporter_process, find_binary, prometheus_process
+from mirrorwatch.contract.procfs import INIT_PID_NAMESPACE
+from mirrorwatch.contract.vocabulary import Address
 from mirrorwatch.exporter.ingest.schema import Scaling
-from mirrorwatch.exporter.procfs import INIT_PID_NAMESPACE
-from mirrorwatch.exporter.vocabulary import Address
 from tests.ports import free_port
 from tests.report.training import SyncTraining, reading
 

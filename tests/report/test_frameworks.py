@@ -26,7 +26,7 @@ import pytest
 
 from demo.processes import Processes, StackError
 from demo.stack import exporter_process, find_binary, prometheus_process
-from mirrorwatch.exporter.vocabulary import Address
+from mirrorwatch.contract.vocabulary import Address
 from tests.ports import free_port
 from tests.report.stack import prometheus_config
 

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mirrorwatch.alerts.queries import PCIE_LANE_BYTES_PER_SECOND
+from mirrorwatch.contract.pcie import PCIE_LANE_BYTES_PER_SECOND
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from mirrorwatch.exporter.ingest.schema import (
-    STEP_DURATION_BUCKETS,
     Replica,
     Scaling,
     StepDurations,

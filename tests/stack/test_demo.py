@@ -14,8 +14,8 @@ from pathlib import Path
 
 from demo.cli import expectation, expected_alerts
 from demo.stack import REPO, port_is_free
+from mirrorwatch.contract.vocabulary import Address
 from mirrorwatch.exporter.simulate.scenario import builtin_scenarios, load_scenario
-from mirrorwatch.exporter.vocabulary import Address
 from tests.e2e.drill import binary
 from tests.ports import free_port
 

@@ -21,7 +21,7 @@ from demo.stack import (
     thresholds,
     write_yaml,
 )
-from mirrorwatch.exporter.vocabulary import Address
+from mirrorwatch.contract.vocabulary import Address
 from tests.stack.compose import host_path, resolved_config, tool
 
 COMPOSE_ALERTMANAGER = REPO / "prometheus" / "alertmanager.yml"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from mirrorwatch.telemetry.comm import CommMeter, WallSpan, union_seconds
 
 

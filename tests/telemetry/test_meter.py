@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from mirrorwatch.telemetry.meter import StepMeter
 
 # Step end times: 4 ms steps, a 300 ms one, one over 30 s, then 4 ms again.

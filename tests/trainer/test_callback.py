@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from mirrorwatch.trainer import MirrorwatchCallback
 from mirrorwatch.trainer import callback as callback_module
 from tests.trainer.recorder import recording_exporter, silent_exporter, unused_url

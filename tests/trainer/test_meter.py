@@ -9,7 +9,7 @@ import random
 import threading
 import time
 
-from mirrorwatch.exporter.ingest.schema import STEP_DURATION_BUCKETS
+from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from mirrorwatch.telemetry.meter import StepMeter, finite_loss
 
 

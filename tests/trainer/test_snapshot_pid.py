@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from mirrorwatch.exporter.procfs import pid_namespace
+from mirrorwatch.contract.procfs import pid_namespace
 from mirrorwatch.telemetry.meter import StepMeter
 from mirrorwatch.telemetry.snapshot import SnapshotBuilder
 from tests.trainer.test_snapshot import FakeProbe

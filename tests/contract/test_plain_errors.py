@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
+from mirrorwatch.contract.plain_errors import above, at_least, plain_message, whole_number
 from mirrorwatch.doctor.cli import main as doctor_main
 from mirrorwatch.exporter.cli import main as exporter_main
-from mirrorwatch.exporter.plain_errors import above, at_least, plain_message, whole_number
 from mirrorwatch.trainer.cli import main as train_main
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mirrorwatch.exporter.procfs import (
+from mirrorwatch.contract.procfs import (
     INIT_PID_NAMESPACE,
     PROC,
     innermost_pid,

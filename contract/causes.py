@@ -1,7 +1,9 @@
 """The one table of what a cause is: finding kind, alert, driver reasons, rank, title, runbook.
 
 Read by the cause recording rules and the imbalance alert's text (mirrorwatch.alerts.rules.causes),
-the run report (its kinds, their order and titles), and the dashboards' "Why" panel. The order
+the run report (its kinds, their order and titles), the dashboards' "Why" panel, the doctor and
+the simulator. The PromQL of each cause's condition is the query catalog's
+(mirrorwatch.alerts.queries.held), so this table stays plain data. The order
 of CAUSES is the precedence: most important first. What breaks a GPU, then what slows one down
 (a process that is not the run's taking its SMs too), then what that causes (an imbalance is
 usually the symptom of one of the above), then what only warns.
@@ -12,9 +14,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mirrorwatch.alerts import queries as q
-
 RUNBOOK = "docs/runbook.md"
+
+# NVML's clocks-event (throttle) reasons, as the exporter's `reason` label spells them, by cause.
+THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown")
+POWER_CAP_REASONS = ("sw_power_cap",)
+HARDWARE_SLOWDOWN_REASONS = ("hw_slowdown", "hw_power_brake_slowdown")
+# The reasons that cost speed (the three causes' above, in the dashboards' order); gpu_idle and
+# the display/application settings do not.
+SLOWDOWN_REASONS = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
 
 
 @dataclass(frozen=True)
@@ -51,13 +65,6 @@ class Cause:
         """The runbook section, as the report links it (relative to the repository)."""
         return f"{RUNBOOK}#{self.anchor}"
 
-    def held(self, sel: q.Select) -> str:
-        """Each GPU held back for this cause at each moment (a cause with clock reasons): the
-        one condition the live cause and cost rules and the run report read."""
-        if self.violation is None:
-            return f"max by ({q.GPU_KEY}) ({q.clock_events(sel, self.clock_reasons)})"
-        return q.throttled_now(sel, self.violation, self.clock_reasons)
-
     @property
     def live(self) -> bool:
         """Whether a recording rule says, now, per GPU, that this cause holds."""
@@ -71,7 +78,7 @@ CAUSES: tuple[Cause, ...] = (
         "Hardware slowdown",
         "GpuHardwareSlowdown",
         None,
-        q.HARDWARE_SLOWDOWN_REASONS,
+        HARDWARE_SLOWDOWN_REASONS,
         "in hardware slowdown",
         "SM clock, share of its maximum",
     ),
@@ -80,7 +87,7 @@ CAUSES: tuple[Cause, ...] = (
         "Thermal throttling",
         "GpuThermalThrottling",
         "thermal",
-        q.THERMAL_REASONS,
+        THERMAL_REASONS,
         "held back for heat",
         "temperature, °C",
     ),
@@ -89,7 +96,7 @@ CAUSES: tuple[Cause, ...] = (
         "Power capping",
         "GpuPowerCapped",
         "power",
-        q.POWER_CAP_REASONS,
+        POWER_CAP_REASONS,
         "held back by its power limit",
         "power, share of its limit",
     ),

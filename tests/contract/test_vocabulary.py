@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirrorwatch.exporter.vocabulary import (
+from mirrorwatch.contract.vocabulary import (
     MAX_WORKER,
     Address,
     canonical_bus_id,

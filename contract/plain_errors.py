@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
-from pydantic_core import ErrorDetails
+if TYPE_CHECKING:  # a type only: the training CLI's import loads no pydantic
+    from pydantic_core import ErrorDetails
 
 _Number = TypeVar("_Number", int, float)
 
