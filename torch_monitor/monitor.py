@@ -129,9 +129,10 @@ class MirrorwatchMonitor:
             self._telemetry.warn_once("attach", error)
         return model
 
-    def step(self, examples: int, loss: object = None) -> None:
+    def step(self, examples: int, loss: object = None, epoch: int | None = None) -> None:
         """One optimizer step is done: ``examples`` trained on in it by this process, and its
-        ``loss`` (a float or a tensor, read later on the pusher thread) if given.
+        ``loss`` (a float or a tensor, read later on the pusher thread) if given, in epoch
+        ``epoch`` (from 0) if given: the epoch stays what the last step said it was.
 
         The loss is kept only when the pusher thread has asked for one (once per push): a
         snapshot's loss is that of the first step after the push before it, at most one
@@ -140,7 +141,11 @@ class MirrorwatchMonitor:
         """
         now = perf_counter()
         try:
-            self._step_done(now, examples if type(examples) is int else operator.index(examples))
+            if epoch is not None and (type(epoch) is not int or epoch < 0):
+                epoch = self._epoch_number(epoch)
+            self._step_done(
+                now, examples if type(examples) is int else operator.index(examples), epoch
+            )
             if self._loss_wanted and loss is not None:
                 # This order, with _read_loss's, hands the slot over without a lock: the pusher
                 # takes it only when it holds a loss, this thread only when it is asked for one.
@@ -186,6 +191,18 @@ class MirrorwatchMonitor:
     def steps_total(self) -> int:
         """Steps counted since this monitor's session began."""
         return self._meter.read().steps_total
+
+    def _epoch_number(self, epoch: object) -> int | None:
+        """``epoch`` as the schema's epoch (an integer from 0), else None, said once: the step
+        still counts."""
+        try:
+            number = operator.index(epoch)  # type: ignore[arg-type]  # TypeError: no integer
+            if number < 0:
+                raise ValueError(f"epoch must be a number from 0, got {number}")
+        except (TypeError, ValueError) as error:
+            self._telemetry.warn_once("step's epoch", error)
+            return None
+        return int(number)
 
     # -- the pusher thread ----------------------------------------------------------------
 
