@@ -156,8 +156,35 @@ class MirrorwatchMonitor:
         except Exception as error:
             self._telemetry.warn_once("step", error)
 
+    def pause(self) -> None:
+        """Something that is not training starts (evaluation, a checkpoint): until
+        :meth:`resume` or the next step, its time goes into no step's duration."""
+        try:
+            self._meter.pause()
+        except Exception as error:
+            self._telemetry.warn_once("pause", error)
+
+    def resume(self) -> None:
+        """Training goes on after :meth:`pause`: the next step is timed from now (without it,
+        the first step after a pause is counted but not timed)."""
+        try:
+            self._meter.resume(perf_counter())
+        except Exception as error:
+            self._telemetry.warn_once("resume", error)
+
+    def set_global_batch_size(self, size: int) -> None:
+        """The global batch size, where it is known only once training runs (Lightning)."""
+        try:
+            if not operator.index(size) >= 1:
+                raise ValueError(f"global_batch_size must be positive, got {size}")
+            self._telemetry.snapshots.set_global_batch_size(int(size))
+            self.global_batch_size = int(size)
+        except Exception as error:
+            self._telemetry.warn_once("set_global_batch_size", error)
+
     def close(self) -> None:
-        """Send the final snapshot (marked inactive), waiting at most one second. Idempotent."""
+        """Send the final snapshot (marked inactive), waiting at most one second. Idempotent.
+        A process that ends without it sends the final snapshot at exit."""
         with self._close_lock:
             if self._closed:
                 return

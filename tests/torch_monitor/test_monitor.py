@@ -228,3 +228,16 @@ def test_importing_the_monitor_starts_no_tensorflow_and_mirrorwatch_imports_no_t
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_time_between_pause_and_resume_is_in_no_step() -> None:
+    with recording_exporter() as exporter:
+        with MirrorwatchMonitor(url=exporter.url, run="paused", interval=60) as monitor:
+            monitor.step(BATCH)
+            monitor.pause()
+            time.sleep(0.3)  # evaluation
+            monitor.resume()
+            monitor.step(BATCH)
+        durations = exporter.snapshots[-1].step_duration_seconds
+    assert durations.count == 1  # the second step, timed from resume(); the first from nothing
+    assert durations.sum_seconds < 0.3
