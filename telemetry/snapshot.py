@@ -197,7 +197,11 @@ class SnapshotBuilder:
         """
         job_devices = self.job.devices
         self._found_for = job_devices
-        overrides = devices.bus_ids_from_env(os.environ.get(devices.REPLICA_PCI_BUS_IDS_ENV))
+        overrides = devices.bus_ids_for_process(
+            os.environ.get(devices.REPLICA_PCI_BUS_IDS_ENV),
+            len(job_devices),
+            os.environ.get(devices.LOCAL_RANK_ENV),
+        )
         self._replicas = devices.match_replicas(job_devices, {}, None, overrides)
         by_index = self._probe.gpu_bus_ids()
         replicas = devices.match_replicas(job_devices, by_index, None, overrides)

@@ -49,6 +49,7 @@ class Regression(pl.LightningModule):
 
 
 def main(url: str, run: str, checkpoints: str) -> None:
+    # MIRRORWATCH_REPLICA_PCI_BUS_IDS (from the test) holds one id per rank: LOCAL_RANK picks.
     torch.set_num_threads(1)  # two ranks on a shared machine
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(EXAMPLES, 4), torch.randn(EXAMPLES, 1))

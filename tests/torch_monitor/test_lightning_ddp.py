@@ -7,11 +7,14 @@ thing the exporter publishes of it, exactly.
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.exporter.exporter_process import running_exporter
@@ -25,16 +28,23 @@ BATCHES = math.ceil(PER_RANK / job.BATCH)
 STEPS = job.EPOCHS * math.ceil(BATCHES / job.ACCUMULATE)
 
 
+GPUS: list[dict[str, Any]] = []  # the simulated GPUs the ranks stand on, rank by rank
+
+
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Samples]]:
     checkpoints = tmp_path_factory.mktemp("checkpoints")
     with running_exporter(
         ["--simulate", "healthy", "--log-level", "warning"], wait_for="/readyz"
     ) as exporter:
+        GPUS[:] = httpx.get(f"{exporter.url}/api/v1/gpus", timeout=5).json()["gpus"][: job.RANKS]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MIRRORWATCH_")}
+        # One id per rank, the same list on every rank, as the README tells torchrun users.
+        env["MIRRORWATCH_REPLICA_PCI_BUS_IDS"] = ",".join(gpu["pci_bus_id"] for gpu in GPUS)
         fit = subprocess.run(
             [sys.executable, "-m", "tests.torch_monitor.lightning_ddp_fit", exporter.url, RUN,
              str(checkpoints)],
-            capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2],
+            capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2], env=env,
         )  # fmt: skip
         assert fit.returncode == 0, fit.stderr[-4000:]
         yield {
@@ -76,3 +86,12 @@ def test_validation_sanity_check_and_checkpoint_time_are_in_no_step(
                  if name == "mirrorwatch_training_step_duration_seconds_bucket"}  # fmt: skip
         assert count == STEPS
         assert under["1.0"] == STEPS
+
+
+def test_each_rank_stands_on_the_gpu_its_local_rank_picks_from_the_list(
+    workers: dict[str, Samples],
+) -> None:
+    for rank, samples in workers.items():
+        [joined] = [dict(labels) for (name, labels), _ in samples.items()
+                    if name == "mirrorwatch_training_replica_info"]  # fmt: skip
+        assert (joined["replica"], joined["uuid"]) == ("0", GPUS[int(rank)]["uuid"])
