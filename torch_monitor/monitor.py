@@ -31,7 +31,8 @@ class MirrorwatchMonitor:
     """Reports a PyTorch training loop's steps, examples, loss and all-reduce time to mirrorwatch.
 
     Call :meth:`step` after each optimizer step with the examples this process trained on in
-    it; :meth:`close` at the end (or use the monitor as a context manager). ``step`` costs one
+    it (and the epoch, from 0); :meth:`close` at the end (or use the monitor as a context
+    manager): a process that ends without it sends its final snapshot at exit. ``step`` costs one
     clock read and an append, with no lock: the pusher thread counts the steps (the same meter
     as the Keras callback's); no device synchronisation, no network. A loss given as a tensor
     is kept only for the step after each push asks for one, as it is, and read (``float()``)
@@ -67,12 +68,13 @@ class MirrorwatchMonitor:
     model = DistributedDataParallel(net.cuda(), device_ids=[local_rank])
     with MirrorwatchMonitor(run="resnet50-ddp", global_batch_size=256) as monitor:
         monitor.attach(model)
-        for x, y in loader:
-            loss = loss_fn(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            monitor.step(len(x), loss)
+        for epoch in range(epochs):
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                monitor.step(len(x), loss, epoch=epoch)
     ```
     """
 

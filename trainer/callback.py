@@ -54,9 +54,15 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
     :class:`~mirrorwatch.telemetry.meter.StepMeter`). A daemon thread PUTs the run's
     full cumulative state to the exporter every ``interval`` seconds, with a short timeout and
     backoff when the exporter is away; at the end of training it sends a last snapshot marked
-    inactive, waiting at most one second in all. Telemetry never raises into training: trouble is
-    logged once on the ``mirrorwatch.trainer`` logger and counted in
-    ``telemetry_dropped_total``.
+    inactive, waiting at most one second in all, and so does the process's exit where training
+    did not end (an exception through ``fit``, for which Keras calls no ``on_train_end``).
+    Telemetry never raises into training: trouble is logged once on the ``mirrorwatch.trainer``
+    logger and counted in ``telemetry_dropped_total``.
+
+    Examples are those of each batch as it was, a short last batch its own: counted inside the
+    train step (:class:`~mirrorwatch.trainer.example_counter.ExampleCounter`), under
+    ``steps_per_execution`` and distribution strategies too. ``epoch`` is the index (from 0)
+    of the epoch in progress, or of the last one after the fit.
 
     Each replica is mapped to its physical GPU by PCI bus id (from TensorFlow's device
     description) and, where pynvml and NVML are available, to the GPU's UUID, so the exporter
@@ -70,9 +76,9 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
             of one training job. Defaults to ``MIRRORWATCH_RUN``, else a fresh random id.
         token: Bearer token of the exporter's ingest API. Defaults to
             ``MIRRORWATCH_INGEST_TOKEN``; none is needed for an exporter on the same host.
-        global_batch_size: Examples per step over all replicas. When omitted, taken from
-            Keras's callback parameters where Keras provides it; otherwise example counts and
-            examples/s are not reported (steps still are).
+        global_batch_size: Examples per step over all replicas, reported as the run's global
+            batch size. When omitted, taken from Keras's callback parameters where Keras
+            provides it; examples and examples/s are counted either way.
         interval: Seconds between pushes.
         worker: This worker's index, 0 to 1023. Defaults to the task index in ``TF_CONFIG``
             (numbered as TensorFlow numbers the cluster's workers: a ``chief`` first), else 0.

@@ -80,6 +80,7 @@ def test_without_a_global_batch_size_examples_are_still_counted(strategy: Any) -
         fit(tiny_model(strategy), [callback])
     final = exporter.snapshots[-1]
     assert final.examples_total == 2 * EXAMPLES
+    assert final.examples_per_second is not None  # at the mean batch of the examples counted
     assert final.global_batch_size is None
     assert final.steps_total == 2 * STEPS_PER_EPOCH
 
