@@ -16,11 +16,15 @@ from dataclasses import dataclass
 from mirrorwatch.contract.vocabulary import MAX_WORKER, RUN_RULE, is_run_id
 from mirrorwatch.telemetry.comm import CommMeter
 from mirrorwatch.telemetry.meter import StepMeter
-from mirrorwatch.telemetry.pusher import DEFAULT_URL, Endpoint, Pusher
+from mirrorwatch.telemetry.pusher import (
+    DEFAULT_URL,
+    FINAL_PUSH_DEADLINE_SECONDS,
+    Endpoint,
+    Pusher,
+)
 from mirrorwatch.telemetry.snapshot import DeviceProbe, SnapshotBuilder
 
-# All the end of training may wait for the last snapshot: connect, send and answer together.
-FINAL_PUSH_DEADLINE_SECONDS = 1.0
+__all__ = ["FINAL_PUSH_DEADLINE_SECONDS", "Settings", "Telemetry", "fresh_run_id", "settings"]
 
 
 def fresh_run_id() -> str:

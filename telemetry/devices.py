@@ -21,8 +21,10 @@ _DEVICE = re.compile(r"device:([A-Za-z_]+):(\d+)$")
 _TORCH_DEVICE = re.compile(r"^(cuda|cpu)(?::(\d+))?$")
 
 # Replica order bus ids for CPU replicas standing in for GPUs (demos, tests against a
-# simulated exporter): "0000:1b:00.0,0000:3b:00.0".
+# simulated exporter): "0000:1b:00.0,0000:3b:00.0". Under torchrun, one per local rank.
 REPLICA_PCI_BUS_IDS_ENV = "MIRRORWATCH_REPLICA_PCI_BUS_IDS"
+# The process's rank on its host, as torchrun and Lightning's DDP launcher set it.
+LOCAL_RANK_ENV = "LOCAL_RANK"
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,23 @@ def bus_ids_from_env(value: str | None) -> list[str | None]:
     if not value:
         return []
     return [_canonical(part) for part in value.split(",")]
+
+
+def bus_ids_for_process(
+    value: str | None, replicas: int, local_rank: str | None
+) -> list[str | None]:
+    """The bus ids ``MIRRORWATCH_REPLICA_PCI_BUS_IDS`` gives this process's replicas.
+
+    In replica order; but a process of one replica with a ``LOCAL_RANK`` (a torchrun or
+    Lightning DDP rank) that is given a longer list takes it as one id per local rank, and
+    stands on the id at its local rank (none where the list is shorter than that). So every
+    rank of ``torchrun --nproc-per-node 2`` can be started with the same two ids.
+    """
+    ids = bus_ids_from_env(value)
+    rank = (local_rank or "").strip()
+    if replicas != 1 or len(ids) < 2 or not rank.isdigit():
+        return ids
+    return [ids[int(rank)]] if int(rank) < len(ids) else []
 
 
 def match_replicas(

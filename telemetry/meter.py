@@ -111,16 +111,17 @@ class StepMeter:
         # (None: no segment open) and the clock the next timed interval starts from.
         self._segment_first: int | None = None
         self._segment_reference = 0.0
-        # step_done's (clock, examples), oldest first, not counted yet. Appended without the
-        # lock and taken only under it: deque's append and popleft are atomic (documented as
+        # step_done's (clock, examples, epoch), oldest first, not counted yet. Appended without
+        # the lock and taken only under it: deque's append and popleft are atomic (documented as
         # thread-safe), so a record is either still here or already counted, never lost.
-        self._pending: deque[tuple[float, int]] = deque()
+        self._pending: deque[tuple[float, int, int | None]] = deque()
 
-    def step_done(self, now: float, examples: int) -> None:
+    def step_done(self, now: float, examples: int, epoch: int | None = None) -> None:
         """An in-order caller's step ended at ``now`` (``time.perf_counter()``), having trained
-        on ``examples``: kept for the next read to count, without a lock."""
+        on ``examples``, in epoch ``epoch`` (from 0; None: unchanged): kept for the next read to
+        count, without a lock."""
         pending = self._pending
-        pending.append((now, examples))
+        pending.append((now, examples, epoch))
         if len(pending) >= self._max_pending:  # nobody read for that long: count them here
             with self._lock:
                 self._count_pending()
@@ -135,7 +136,7 @@ class StepMeter:
             self._segment_first = None
 
     def begin_epoch(self, epoch: int) -> None:
-        """A new epoch: ``epoch`` counted from 1, as Keras's progress output shows it."""
+        """A new epoch: ``epoch`` counted from 0, as Keras's ``on_epoch_begin`` numbers it."""
         with self._lock:
             self._count_pending()
             self._epoch = epoch
@@ -148,6 +149,14 @@ class StepMeter:
         with self._lock:
             self._count_pending()
             self._segment_first = None
+
+    def resume(self, now: float) -> None:
+        """Training goes on after a :meth:`pause` (an in-order caller's): the next step is timed
+        from ``now``, not from the step before the pause. Nothing changes while not paused."""
+        with self._lock:
+            self._count_pending()
+            if self._segment_first is None:
+                self._begin(now, None)
 
     def begin_step(self, now: float, batch: int | None = None) -> None:
         """The execution starting at 0-based batch index ``batch`` begins (training thread)."""
@@ -207,7 +216,9 @@ class StepMeter:
         """Count step_done's steps, in order (under the lock: the only place they are taken)."""
         pending = self._pending
         while pending:
-            now, examples = pending.popleft()
+            now, examples, epoch = pending.popleft()
+            if epoch is not None:
+                self._epoch = epoch
             self._end(self._max_batch + 1, now, None, examples)
             if self._segment_first is None:
                 self._begin(now, None)  # the steps after it are timed from its end

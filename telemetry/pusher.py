@@ -3,14 +3,19 @@
 Every ``interval`` seconds it builds a full cumulative snapshot and PUTs it with a short
 timeout. A failed push is given up on (the next snapshot carries everything anyway) and counted
 in ``telemetry_dropped_total``; connection failures back off exponentially. At the end one
-final snapshot goes out within the deadline the caller gives.
+final snapshot goes out within the deadline the caller gives, and a process that ends without
+one (an exception through the fit, which calls no ``on_train_end``; a script that never calls
+``close()``) sends it on its way out: see :func:`stop_all`.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import http.client
 import logging
+import multiprocessing.util
+import os
 import random
 import socket
 import ssl
@@ -26,6 +31,9 @@ log = logging.getLogger("mirrorwatch.trainer")
 
 MAX_BACKOFF_SECONDS = 60.0
 PUSH_TIMEOUT_SECONDS = 2.0
+# All the end of training, or of the process, may wait for the last snapshots: connect, send
+# and answer together, for every pusher of the process at once.
+FINAL_PUSH_DEADLINE_SECONDS = 1.0
 
 
 class Outcome(Enum):
@@ -85,7 +93,10 @@ def put(endpoint: Endpoint, body: bytes, timeout: float) -> tuple[Outcome, str]:
         headers["Authorization"] = f"Bearer {endpoint.token}"
     watchdog = threading.Timer(timeout, _shut_down, [connection])
     watchdog.daemon = True
-    watchdog.start()
+    # Python 3.12 starts no thread once the interpreter is finalizing (the push at exit): each
+    # socket operation's own timeout bounds it then, and stop()'s join bounds the wait.
+    with contextlib.suppress(RuntimeError):
+        watchdog.start()
     try:
         connection.request("PUT", endpoint.path, body=body, headers=headers)
         response = connection.getresponse()
@@ -152,17 +163,29 @@ class Pusher:
     def start(self) -> None:
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="mirrorwatch-pusher", daemon=True)
+        _started(self)
         self._thread.start()
 
     def stop(self, deadline_seconds: float) -> bool:
         """Ask for the final snapshot and wait at most ``deadline_seconds``; True if it finished."""
+        deadline = time.monotonic() + deadline_seconds
+        self.request_stop(deadline)
+        return self.join(deadline)
+
+    def request_stop(self, deadline: float) -> None:
+        """Ask for the final snapshot, to be sent by ``deadline`` (``time.monotonic()``)."""
+        if self._thread is not None:
+            self._final_deadline = deadline
+            self._stop.set()
+
+    def join(self, deadline: float) -> bool:
+        """Wait for the final snapshot until ``deadline`` at most; True if it finished."""
         thread = self._thread
         if thread is None:
             return True
-        self._final_deadline = time.monotonic() + deadline_seconds
-        self._stop.set()
-        thread.join(deadline_seconds)
+        thread.join(max(0.0, deadline - time.monotonic()))
         self._thread = None
+        _stopped(self)
         return not thread.is_alive()
 
     def _run(self) -> None:
@@ -217,3 +240,55 @@ class Pusher:
         if kind not in self._warned:
             self._warned.add(kind)
             self._log.warning(message)
+
+
+# -- the pushes at process exit ------------------------------------------------------------
+
+_running: set[Pusher] = set()
+_running_lock = threading.Lock()
+_exit_hooked_in: int | None = None  # the process whose exit sends the final snapshots
+
+
+def _started(pusher: Pusher) -> None:
+    global _exit_hooked_in
+    with _running_lock:
+        _running.add(pusher)
+        if _exit_hooked_in == os.getpid():
+            return
+        _exit_hooked_in = os.getpid()
+    # Registered at the first start, after the framework has set up: atexit runs the last
+    # registered first, so the snapshots go out before TensorFlow or torch tear down. A process
+    # that multiprocessing forked ends in os._exit without atexit; its finalizers still run.
+    atexit.register(stop_all)
+    multiprocessing.util.Finalize(None, stop_all, exitpriority=100)
+
+
+def _stopped(pusher: Pusher) -> None:
+    with _running_lock:
+        _running.discard(pusher)
+
+
+def _forget_the_parents_pushers() -> None:
+    # A forked child has none of the parent's threads, and their locks may be held for ever.
+    global _running, _running_lock, _exit_hooked_in
+    _running, _running_lock, _exit_hooked_in = set(), threading.Lock(), None
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_pushers)
+
+
+def stop_all(deadline_seconds: float = FINAL_PUSH_DEADLINE_SECONDS) -> None:
+    """Send every running pusher's final snapshot (marked inactive), all within
+    ``deadline_seconds``: the process is ending without the front end's ``on_train_end`` or
+    ``close()``. Never raises, and adds at most ``deadline_seconds`` to the exit."""
+    try:
+        with _running_lock:
+            pushers = list(_running)
+        deadline = time.monotonic() + deadline_seconds
+        for pusher in pushers:
+            pusher.request_stop(deadline)
+        for pusher in pushers:
+            if not pusher.join(deadline):
+                pusher._warn_once("exit", "mirrorwatch: the final snapshot did not go out at exit")
+    except Exception:  # nothing at exit may raise; the exporter's TTL still ends the run
+        pass

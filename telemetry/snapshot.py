@@ -130,6 +130,10 @@ class SnapshotBuilder:
         self._throughput_samples: deque[tuple[float, float, float]] = deque()
         self._examples_per_second: float | None = None
         self._scaling_baseline: float | None = None
+        # Where the examples are counted as the batches were (the callback's ExampleCounter),
+        # when the meter is not told them; None: steps times the global batch.
+        self._counted_examples: Callable[[], int | None] | None = None
+        self._examples_warned = False
 
     @property
     def job(self) -> Job:
@@ -159,6 +163,16 @@ class SnapshotBuilder:
                 replicas_in_sync,
             )
 
+    def count_examples_with(self, read: Callable[[], int | None]) -> None:
+        """From now on ``examples_total`` is what ``read`` answers on this thread (None: not
+        known yet), instead of steps times the global batch."""
+        self._counted_examples = read
+
+    def set_global_batch_size(self, size: int) -> None:
+        """The global batch size, found once training has begun (Lightning's first step)."""
+        with self._job_lock:
+            self._job = dataclasses.replace(self._job, global_batch_size=size)
+
     def attach_comm(self, comm: CommMeter) -> None:
         """From now on the snapshots carry ``comm``'s all-reduce times (a model was attached)."""
         self._comm = comm
@@ -170,7 +184,7 @@ class SnapshotBuilder:
     def steady_examples_per_second(self) -> float | None:
         """Examples/s over all measured steps (first step, evaluation excluded), if known."""
         reading = self._meter.read()
-        examples = _measured_examples(self.job, reading)
+        examples = _measured_examples(self.job, reading, self._examples_counted())
         if examples is None or reading.measured_seconds <= 0:
             return None
         return examples / reading.measured_seconds
@@ -183,7 +197,11 @@ class SnapshotBuilder:
         """
         job_devices = self.job.devices
         self._found_for = job_devices
-        overrides = devices.bus_ids_from_env(os.environ.get(devices.REPLICA_PCI_BUS_IDS_ENV))
+        overrides = devices.bus_ids_for_process(
+            os.environ.get(devices.REPLICA_PCI_BUS_IDS_ENV),
+            len(job_devices),
+            os.environ.get(devices.LOCAL_RANK_ENV),
+        )
         self._replicas = devices.match_replicas(job_devices, {}, None, overrides)
         by_index = self._probe.gpu_bus_ids()
         replicas = devices.match_replicas(job_devices, by_index, None, overrides)
@@ -208,9 +226,12 @@ class SnapshotBuilder:
             self._refind_gpus()  # the job changed since (a model attached after the start)
         self._sample_memory()
         reading = self._meter.read()
-        self._window_throughput(job, reading)
+        counted = self._examples_counted()
+        self._window_throughput(job, reading, counted)
         batch_size = job.global_batch_size
         examples_total = reading.examples_total
+        if examples_total is None:
+            examples_total = counted
         if examples_total is None:
             examples_total = job.examples(reading.steps_total)
         loss = reading.loss if self._loss is None else self._loss()
@@ -254,6 +275,18 @@ class SnapshotBuilder:
         snapshot = self.build(active, sequence, dropped)
         return snapshot.encode()
 
+    def _examples_counted(self) -> int | None:
+        read = self._counted_examples
+        if read is None:
+            return None
+        try:
+            return read()
+        except Exception as error:  # the device is gone (shutdown): steps x batch this push
+            if not self._examples_warned:
+                self._examples_warned = True
+                log.warning("mirrorwatch: cannot read the examples counted: %r", error)
+            return None
+
     def _replica(self, replica: devices.ReplicaDevice) -> Replica:
         current, peak = self._memory.get(replica.replica, (None, None))
         return Replica(
@@ -285,9 +318,9 @@ class SnapshotBuilder:
             if sample is not None:
                 self._memory[replica.replica] = sample
 
-    def _window_throughput(self, job: Job, reading: MeterReading) -> None:
+    def _window_throughput(self, job: Job, reading: MeterReading, counted: int | None) -> None:
         """Examples/s over the last THROUGHPUT_WINDOW_SECONDS of pushes (since the first)."""
-        examples = _measured_examples(job, reading)
+        examples = _measured_examples(job, reading, counted)
         if examples is None:
             return
         seconds = reading.measured_seconds
@@ -319,9 +352,13 @@ class SnapshotBuilder:
         )
 
 
-def _measured_examples(job: Job, reading: MeterReading) -> float | None:
-    """Examples of the measured steps: as counted, else from the steps and the global batch."""
+def _measured_examples(job: Job, reading: MeterReading, counted: int | None) -> float | None:
+    """Examples of the measured steps: as the meter counted them; else at the mean batch of
+    the ``counted`` examples of all steps (short last batches included); else from the steps
+    and the global batch."""
     if reading.measured_examples is not None:
         return float(reading.measured_examples)
+    if counted is not None and reading.steps_total > 0:
+        return reading.measured_steps * counted / reading.steps_total
     per_step = job.examples_per_step
     return None if per_step is None else reading.measured_steps * per_step

@@ -31,7 +31,8 @@ class MirrorwatchMonitor:
     """Reports a PyTorch training loop's steps, examples, loss and all-reduce time to mirrorwatch.
 
     Call :meth:`step` after each optimizer step with the examples this process trained on in
-    it; :meth:`close` at the end (or use the monitor as a context manager). ``step`` costs one
+    it (and the epoch, from 0); :meth:`close` at the end (or use the monitor as a context
+    manager): a process that ends without it sends its final snapshot at exit. ``step`` costs one
     clock read and an append, with no lock: the pusher thread counts the steps (the same meter
     as the Keras callback's); no device synchronisation, no network. A loss given as a tensor
     is kept only for the step after each push asks for one, as it is, and read (``float()``)
@@ -67,12 +68,13 @@ class MirrorwatchMonitor:
     model = DistributedDataParallel(net.cuda(), device_ids=[local_rank])
     with MirrorwatchMonitor(run="resnet50-ddp", global_batch_size=256) as monitor:
         monitor.attach(model)
-        for x, y in loader:
-            loss = loss_fn(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            monitor.step(len(x), loss)
+        for epoch in range(epochs):
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                monitor.step(len(x), loss, epoch=epoch)
     ```
     """
 
@@ -129,9 +131,10 @@ class MirrorwatchMonitor:
             self._telemetry.warn_once("attach", error)
         return model
 
-    def step(self, examples: int, loss: object = None) -> None:
+    def step(self, examples: int, loss: object = None, epoch: int | None = None) -> None:
         """One optimizer step is done: ``examples`` trained on in it by this process, and its
-        ``loss`` (a float or a tensor, read later on the pusher thread) if given.
+        ``loss`` (a float or a tensor, read later on the pusher thread) if given, in epoch
+        ``epoch`` (from 0) if given: the epoch stays what the last step said it was.
 
         The loss is kept only when the pusher thread has asked for one (once per push): a
         snapshot's loss is that of the first step after the push before it, at most one
@@ -140,7 +143,11 @@ class MirrorwatchMonitor:
         """
         now = perf_counter()
         try:
-            self._step_done(now, examples if type(examples) is int else operator.index(examples))
+            if epoch is not None and (type(epoch) is not int or epoch < 0):
+                epoch = self._epoch_number(epoch)
+            self._step_done(
+                now, examples if type(examples) is int else operator.index(examples), epoch
+            )
             if self._loss_wanted and loss is not None:
                 # This order, with _read_loss's, hands the slot over without a lock: the pusher
                 # takes it only when it holds a loss, this thread only when it is asked for one.
@@ -151,8 +158,35 @@ class MirrorwatchMonitor:
         except Exception as error:
             self._telemetry.warn_once("step", error)
 
+    def pause(self) -> None:
+        """Something that is not training starts (evaluation, a checkpoint): until
+        :meth:`resume` or the next step, its time goes into no step's duration."""
+        try:
+            self._meter.pause()
+        except Exception as error:
+            self._telemetry.warn_once("pause", error)
+
+    def resume(self) -> None:
+        """Training goes on after :meth:`pause`: the next step is timed from now (without it,
+        the first step after a pause is counted but not timed)."""
+        try:
+            self._meter.resume(perf_counter())
+        except Exception as error:
+            self._telemetry.warn_once("resume", error)
+
+    def set_global_batch_size(self, size: int) -> None:
+        """The global batch size, where it is known only once training runs (Lightning)."""
+        try:
+            if not operator.index(size) >= 1:
+                raise ValueError(f"global_batch_size must be positive, got {size}")
+            self._telemetry.snapshots.set_global_batch_size(int(size))
+            self.global_batch_size = int(size)
+        except Exception as error:
+            self._telemetry.warn_once("set_global_batch_size", error)
+
     def close(self) -> None:
-        """Send the final snapshot (marked inactive), waiting at most one second. Idempotent."""
+        """Send the final snapshot (marked inactive), waiting at most one second. Idempotent.
+        A process that ends without it sends the final snapshot at exit."""
         with self._close_lock:
             if self._closed:
                 return
@@ -186,6 +220,18 @@ class MirrorwatchMonitor:
     def steps_total(self) -> int:
         """Steps counted since this monitor's session began."""
         return self._meter.read().steps_total
+
+    def _epoch_number(self, epoch: object) -> int | None:
+        """``epoch`` as the schema's epoch (an integer from 0), else None, said once: the step
+        still counts."""
+        try:
+            number = operator.index(epoch)  # type: ignore[arg-type]  # TypeError: no integer
+            if number < 0:
+                raise ValueError(f"epoch must be a number from 0, got {number}")
+        except (TypeError, ValueError) as error:
+            self._telemetry.warn_once("step's epoch", error)
+            return None
+        return int(number)
 
     # -- the pusher thread ----------------------------------------------------------------
 

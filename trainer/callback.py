@@ -15,6 +15,7 @@ from typing import Any
 from mirrorwatch.telemetry.client import FINAL_PUSH_DEADLINE_SECONDS, Telemetry, settings
 from mirrorwatch.telemetry.meter import finite_loss
 from mirrorwatch.trainer import tf_devices
+from mirrorwatch.trainer.example_counter import ExampleCounter
 from mirrorwatch.trainer.keras_api import keras
 
 log = logging.getLogger("mirrorwatch.trainer")
@@ -53,9 +54,15 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
     :class:`~mirrorwatch.telemetry.meter.StepMeter`). A daemon thread PUTs the run's
     full cumulative state to the exporter every ``interval`` seconds, with a short timeout and
     backoff when the exporter is away; at the end of training it sends a last snapshot marked
-    inactive, waiting at most one second in all. Telemetry never raises into training: trouble is
-    logged once on the ``mirrorwatch.trainer`` logger and counted in
-    ``telemetry_dropped_total``.
+    inactive, waiting at most one second in all, and so does the process's exit where training
+    did not end (an exception through ``fit``, for which Keras calls no ``on_train_end``).
+    Telemetry never raises into training: trouble is logged once on the ``mirrorwatch.trainer``
+    logger and counted in ``telemetry_dropped_total``.
+
+    Examples are those of each batch as it was, a short last batch its own: counted inside the
+    train step (:class:`~mirrorwatch.trainer.example_counter.ExampleCounter`), under
+    ``steps_per_execution`` and distribution strategies too. ``epoch`` is the index (from 0)
+    of the epoch in progress, or of the last one after the fit.
 
     Each replica is mapped to its physical GPU by PCI bus id (from TensorFlow's device
     description) and, where pynvml and NVML are available, to the GPU's UUID, so the exporter
@@ -69,9 +76,9 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
             of one training job. Defaults to ``MIRRORWATCH_RUN``, else a fresh random id.
         token: Bearer token of the exporter's ingest API. Defaults to
             ``MIRRORWATCH_INGEST_TOKEN``; none is needed for an exporter on the same host.
-        global_batch_size: Examples per step over all replicas. When omitted, taken from
-            Keras's callback parameters where Keras provides it; otherwise example counts and
-            examples/s are not reported (steps still are).
+        global_batch_size: Examples per step over all replicas, reported as the run's global
+            batch size. When omitted, taken from Keras's callback parameters where Keras
+            provides it; examples and examples/s are counted either way.
         interval: Seconds between pushes.
         worker: This worker's index, 0 to 1023. Defaults to the task index in ``TF_CONFIG``
             (numbered as TensorFlow numbers the cluster's workers: a ``chief`` first), else 0.
@@ -124,6 +131,10 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         self._snapshots = self._telemetry.snapshots
         self._pusher = self._telemetry.pusher
         self._loss_replicas = 1  # replicas whose losses the framework adds up in batch logs
+        self._examples = ExampleCounter()
+        # The epoch's last batch index, where Keras knows it: Keras 3 reports a short last
+        # execution of steps_per_execution as a full one (EpochIterator._enumerate_iterator).
+        self._last_batch: int | None = None
 
     # -- what users read ------------------------------------------------------------------
 
@@ -150,6 +161,8 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         try:
             self._meter.begin_training()
+            steps = (self.params or {}).get("steps")
+            self._last_batch = steps - 1 if type(steps) is int and steps > 0 else None
             strategy = self.model.distribute_strategy
             if getattr(self.model, "distribute_reduction_method", None) in (None, "auto", "sum"):
                 self._loss_replicas = tf_devices.batch_log_replicas(strategy, keras.__name__)
@@ -163,10 +176,15 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
             self._telemetry.start()
         except Exception as error:
             self._warn_once("on_train_begin", error)
+        try:
+            if self._examples.install(self.model, keras.backend.backend()):
+                self._snapshots.count_examples_with(self._examples.read)
+        except Exception as error:  # examples are then steps x the global batch
+            self._warn_once("counting examples", error)
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         try:
-            self._meter.begin_epoch(epoch + 1)
+            self._meter.begin_epoch(epoch)  # from 0, as Keras numbers it
         except Exception as error:
             self._warn_once("on_epoch_begin", error)
 
@@ -185,7 +203,8 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
                 loss = finite_loss(loss)
                 if loss is not None and self._loss_replicas > 1:
                     loss /= self._loss_replicas  # tf_keras summed it over the cluster
-            self._meter.end_step(batch, now, loss)
+            last = self._last_batch
+            self._meter.end_step(batch if last is None else min(batch, last), now, loss)
         except Exception as error:
             self._warn_once("on_train_batch_end", error)
 

@@ -86,3 +86,29 @@ def test_a_read_on_another_thread_is_consistent_while_steps_go_on() -> None:
         assert reading.duration_count == reading.steps_total - 1
     assert [r.steps_total for r in readings] == sorted(r.steps_total for r in readings)
     assert readings[-1].steps_total == steps
+
+
+def test_an_in_order_steps_epoch_is_the_last_one_given() -> None:
+    meter = StepMeter()
+    meter.step_done(1.0, 4, epoch=0)
+    meter.step_done(1.1, 4)  # no epoch given: unchanged
+    assert meter.read().epoch == 0
+    meter.step_done(1.2, 4, epoch=1)
+    meter.step_done(1.3, 4)
+    assert (meter.read().epoch, meter.read().steps_total) == (1, 4)
+
+
+def test_time_between_a_pause_and_resume_is_in_no_step() -> None:
+    meter = StepMeter()
+    meter.begin_training()
+    meter.step_done(0.0, 4)
+    meter.step_done(0.01, 4)
+    meter.pause()  # validation from 0.01 to 5.0
+    meter.resume(5.0)
+    meter.step_done(5.01, 4)
+    reading = meter.read()
+    assert (reading.steps_total, reading.duration_count) == (3, 2)
+    assert abs(reading.duration_sum_seconds - 0.02) < 1e-9  # 10 ms each, not 5 s
+    meter.resume(6.0)  # not paused: the step still runs from the one before
+    meter.step_done(6.01, 4)
+    assert abs(meter.read().duration_sum_seconds - 1.02) < 1e-9

@@ -4,7 +4,8 @@ rank's MirrorwatchMonitor pushing to one exporter, as torchrun's processes would
     python -m tests.torch_monitor.ddp_fit --url URL --bus-ids A,B --steps 40 --out DIR
 
 Rank r trains on BATCH + r examples a step (so each worker's examples are its own) and stands
-on the r-th bus id (``MIRRORWATCH_REPLICA_PCI_BUS_IDS``, its one replica). ``--starve-rank``
+on the r-th bus id: every rank gets the whole list in ``MIRRORWATCH_REPLICA_PCI_BUS_IDS`` and
+its ``LOCAL_RANK``, as under torchrun. ``--starve-rank``
 makes that rank wait ``--starve-seconds`` for its data before every step, as a rank with a slow
 input pipeline does; ``--slow-rank`` makes that rank take ``--slow-seconds`` longer to compute
 every step (between its forward and backward passes), as a rank on a slower GPU does: either way
@@ -34,8 +35,8 @@ def rank_main(rank: int, options: argparse.Namespace, port: int) -> None:
 
     torch.set_num_threads(1)  # two ranks on a shared 2-core machine
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    bus_ids = options.bus_ids.split(",")
-    os.environ["MIRRORWATCH_REPLICA_PCI_BUS_IDS"] = bus_ids[rank % len(bus_ids)]
+    # As torchrun starts its ranks: every rank the same list, one id per local rank.
+    os.environ.update(LOCAL_RANK=str(rank), MIRRORWATCH_REPLICA_PCI_BUS_IDS=options.bus_ids)
     dist.init_process_group("gloo", rank=rank, world_size=options.ranks)
     torch.manual_seed(0)
     model = DistributedDataParallel(

@@ -52,6 +52,8 @@ def test_a_lightning_fit_reports_its_optimizer_steps_and_every_example(accumulat
     assert final.active is False
     assert final.steps_total == 2 * EXAMPLES // BATCH // accumulate
     assert final.examples_total == 2 * EXAMPLES
+    assert (final.global_batch_size, final.epoch) == (BATCH * accumulate, 1)
+    assert final.step_duration_seconds.count == final.steps_total  # each from its batch start
     assert final.loss is not None
     assert final.model == "Regression"
 

@@ -68,6 +68,18 @@ def test_a_plain_loop_reports_exact_steps_examples_and_a_loss_of_the_loop() -> N
     assert final.allreduce_seconds is None  # no DDP: nothing is all-reduced
 
 
+def test_the_epoch_is_the_last_one_a_step_gave_from_0_and_a_short_batch_its_own() -> None:
+    with recording_exporter() as exporter:
+        with MirrorwatchMonitor(url=exporter.url, run="epochs", interval=60) as monitor:
+            for epoch in range(3):
+                for examples in (BATCH, BATCH, 3):  # a short last batch each epoch
+                    monitor.step(examples, epoch=epoch)
+            monitor.step(BATCH)  # no epoch given: the last one stays
+            monitor.step(BATCH, epoch=-1)  # no epoch: counted, and said once
+        final = exporter.snapshots[-1]
+    assert (final.steps_total, final.examples_total, final.epoch) == (11, 3 * 19 + 2 * BATCH, 2)
+
+
 def test_steps_grow_push_by_push_in_one_session() -> None:
     with (
         recording_exporter() as exporter,
@@ -216,3 +228,16 @@ def test_importing_the_monitor_starts_no_tensorflow_and_mirrorwatch_imports_no_t
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_time_between_pause_and_resume_is_in_no_step() -> None:
+    with recording_exporter() as exporter:
+        with MirrorwatchMonitor(url=exporter.url, run="paused", interval=60) as monitor:
+            monitor.step(BATCH)
+            monitor.pause()
+            time.sleep(0.3)  # evaluation
+            monitor.resume()
+            monitor.step(BATCH)
+        durations = exporter.snapshots[-1].step_duration_seconds
+    assert durations.count == 1  # the second step, timed from resume(); the first from nothing
+    assert durations.sum_seconds < 0.3

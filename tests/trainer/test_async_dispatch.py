@@ -161,7 +161,7 @@ def test_async_dispatched_fit_reports_exact_totals(
     assert not final.active
     assert final.steps_total == EPOCHS * STEPS_PER_EPOCH
     assert final.examples_total == EPOCHS * STEPS_PER_EPOCH * BATCH
-    assert final.epoch == EPOCHS
+    assert final.epoch == EPOCHS - 1  # from 0
     assert final.loss == probe.losses[(EPOCHS, STEPS_PER_EPOCH - 1)]  # by batch, not arrival
     durations = final.step_duration_seconds
     assert 0 < durations.count <= final.steps_total

@@ -34,7 +34,7 @@ def test_mirrored_fit_reports_steps_examples_and_replicas(strategy: Any) -> None
     assert len(final.step_duration_seconds.bucket_counts) == len(STEP_DURATION_BUCKETS)
     assert (final.replicas, final.strategy, final.model) == (2, "MirroredStrategy", "tiny")
     assert final.global_batch_size == 16
-    assert final.epoch == 3
+    assert final.epoch == 2  # from 0: the last epoch's index
     assert final.loss is not None
     assert final.loss > 0
     assert final.examples_per_second is not None
@@ -74,15 +74,47 @@ def test_steps_per_execution_above_one_counts_every_step(tf: Any) -> None:
     assert final.replicas == 1
 
 
-def test_without_a_global_batch_size_examples_are_absent(strategy: Any) -> None:
+def test_without_a_global_batch_size_examples_are_still_counted(strategy: Any) -> None:
     with recording_exporter() as exporter:
         callback = MirrorwatchCallback(url=exporter.url, run="unit-4")
         fit(tiny_model(strategy), [callback])
     final = exporter.snapshots[-1]
-    assert final.examples_total is None
-    assert final.examples_per_second is None
+    assert final.examples_total == 2 * EXAMPLES
+    assert final.examples_per_second is not None  # at the mean batch of the examples counted
     assert final.global_batch_size is None
     assert final.steps_total == 2 * STEPS_PER_EPOCH
+
+
+def test_a_short_last_batch_counts_its_own_examples_and_epoch_counts_from_0(
+    strategy: Any,
+) -> None:
+    # 1,000 examples at global batch 128: seven batches of 128 and one of 104 an epoch.
+    with recording_exporter() as exporter:
+        callback = MirrorwatchCallback(url=exporter.url, run="short", global_batch_size=128)
+        fit(tiny_model(strategy), [callback], epochs=2, batch_size=128, examples=1000)
+    final = exporter.snapshots[-1]
+    assert (final.steps_total, final.examples_total, final.epoch) == (16, 2000, 1)
+
+
+def test_a_short_last_batch_is_exact_under_steps_per_execution(tf: Any) -> None:
+    # 100 examples at 16: six of 16 and one of 4 an epoch, in executions of 3, 3 and 1 steps.
+    with recording_exporter() as exporter:
+        callback = MirrorwatchCallback(url=exporter.url, run="short-spe", global_batch_size=16)
+        fit(tiny_model(steps_per_execution=3), [callback], epochs=2, examples=100)
+    final = exporter.snapshots[-1]
+    assert (final.steps_total, final.examples_total, final.epoch) == (14, 200, 1)
+
+
+def test_a_second_fit_of_the_same_model_goes_on_counting(strategy: Any) -> None:
+    with recording_exporter() as exporter:
+        callback = MirrorwatchCallback(url=exporter.url, run="refit")
+        model = tiny_model(strategy)
+        fit(model, [callback], epochs=1, examples=40)  # 16, 16, 8
+        fit(model, [callback], epochs=1, examples=40)
+        fit(model, [MirrorwatchCallback(url=exporter.url, run="refit-2")], epochs=1)
+    by_run = {push.path.split("/")[4]: push.snapshot for push in exporter.pushes}
+    assert (by_run["refit"].steps_total, by_run["refit"].examples_total) == (6, 80)
+    assert by_run["refit-2"].examples_total == EXAMPLES
 
 
 def test_replica_bus_ids_come_from_the_environment_for_cpu_replicas(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from mirrorwatch.telemetry.devices import (
     ReplicaDevice,
     bus_id_from_description,
+    bus_ids_for_process,
     bus_ids_from_env,
     gpu_bus_ids,
     match_replicas,
@@ -128,3 +129,19 @@ def test_env_bus_ids_stand_in_for_cpu_replicas_in_replica_order() -> None:
 def test_empty_env_overrides_nothing() -> None:
     assert bus_ids_from_env(None) == []
     assert bus_ids_from_env("") == []
+
+
+def test_a_rank_of_one_replica_takes_the_id_at_its_local_rank_from_a_list_of_one_per_rank() -> None:
+    ids = "0000:1b:00.0,0000:3b:00.0"
+    assert bus_ids_for_process(ids, replicas=1, local_rank="1") == ["0000:3b:00.0"]
+    assert bus_ids_for_process(ids, replicas=1, local_rank="0") == ["0000:1b:00.0"]
+    assert bus_ids_for_process(ids, replicas=1, local_rank="2") == []  # no id for it
+
+
+def test_without_a_local_rank_or_with_several_replicas_the_ids_are_in_replica_order() -> None:
+    ids = "0000:1b:00.0,0000:3b:00.0"
+    in_order = ["0000:1b:00.0", "0000:3b:00.0"]
+    assert bus_ids_for_process(ids, replicas=2, local_rank=None) == in_order
+    assert bus_ids_for_process(ids, replicas=2, local_rank="1") == in_order  # DataParallel
+    assert bus_ids_for_process(ids, replicas=1, local_rank=None) == in_order
+    assert bus_ids_for_process("0000:3b:00.0", replicas=1, local_rank="1") == ["0000:3b:00.0"]

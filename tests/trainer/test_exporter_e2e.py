@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,32 +13,16 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from mirrorwatch.trainer import MirrorwatchCallback
 from tests.exporter.exporter_process import EXPORTER, running_exporter
 from tests.ports import free_port
+from tests.telemetry.published import training_samples, value
+from tests.trainer import raising_fit
 from tests.trainer.training import EXAMPLES, fit, tiny_model
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 SIMULATE = ["--simulate", "healthy", "--log-level", "warning"]
-
-
-def training_samples(url: str, run: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """``{(sample name, labels without run/worker): value}`` of one run's training series."""
-    text = httpx.get(url + "/metrics", timeout=5).text
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name.startswith("mirrorwatch_training_") and sample.labels.get("run") == run:
-                labels = {k: v for k, v in sample.labels.items() if k not in ("run", "worker")}
-                samples[(sample.name, frozenset(labels.items()))] = sample.value
-    return samples
-
-
-def value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str) -> float:
-    [found] = [v for (n, labels), v in samples.items() if n == name and not labels]
-    return found
 
 
 def simulated_gpus(url: str) -> list[dict[str, Any]]:
@@ -126,3 +111,24 @@ def test_exporter_restarted_mid_run_ends_with_the_right_totals(strategy: Any) ->
     assert value(samples, "mirrorwatch_training_steps_total") == 5 * EXAMPLES // 16
     assert value(samples, "mirrorwatch_training_examples_total") == 5 * EXAMPLES
     assert callback.telemetry_dropped_total >= 1
+
+
+def test_a_fit_that_raises_shows_its_steps_and_inactive_as_soon_as_the_process_ends() -> None:
+    # Its own process: Keras calls no on_train_end, so the push at exit is what tells.
+    with running_exporter(SIMULATE, wait_for="/readyz") as exporter:
+        fit_process = subprocess.run(
+            [sys.executable, "-m", "tests.trainer.raising_fit", exporter.url, "e2e-raises"],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+        samples = training_samples(exporter.url, "e2e-raises")  # at once: no TTL waited for
+    assert fit_process.returncode == 1
+    assert "FloatingPointError: loss is nan at step 5" in fit_process.stderr
+    assert "Exception ignored" not in fit_process.stderr
+    assert value(samples, "mirrorwatch_training_steps_total") == raising_fit.STEPS
+    examples = raising_fit.STEPS * raising_fit.BATCH
+    assert value(samples, "mirrorwatch_training_examples_total") == examples
+    assert value(samples, "mirrorwatch_training_epoch") == 1  # the 5th of 4-step epochs
+    assert value(samples, "mirrorwatch_training_active") == 0

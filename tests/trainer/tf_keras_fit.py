@@ -11,10 +11,11 @@ import json
 import sys
 import time
 
-from tests.trainer.training import EXAMPLES, fit, tiny_model
+from tests.trainer.training import fit, tiny_model
 
 BATCH = 16
 EPOCHS = 3
+EXAMPLES = 60  # 16, 16, 16 and a short 12 an epoch
 
 
 def main(url: str) -> None:
@@ -30,10 +31,12 @@ def main(url: str) -> None:
     from mirrorwatch.trainer import MirrorwatchCallback
     from mirrorwatch.trainer.keras_api import keras
 
-    plain = fit(tiny_model(strategy), epochs=EPOCHS, batch_size=BATCH)
+    plain = fit(tiny_model(strategy), epochs=EPOCHS, batch_size=BATCH, examples=EXAMPLES)
     callback = MirrorwatchCallback(url=url, run="tf-keras", global_batch_size=BATCH, interval=0.05)
     started = time.perf_counter()
-    instrumented = fit(tiny_model(strategy), [callback], epochs=EPOCHS, batch_size=BATCH)
+    instrumented = fit(
+        tiny_model(strategy), [callback], epochs=EPOCHS, batch_size=BATCH, examples=EXAMPLES
+    )
     json.dump(
         {
             "keras": keras.__name__,
@@ -41,7 +44,8 @@ def main(url: str) -> None:
             "keras_3_imported": "keras.src" in sys.modules,
             "plain": plain,
             "instrumented": instrumented,
-            "steps": EPOCHS * EXAMPLES // BATCH,
+            "steps": EPOCHS * -(-EXAMPLES // BATCH),
+            "examples": EPOCHS * EXAMPLES,
             "fit_seconds": time.perf_counter() - started,
         },
         sys.stdout,

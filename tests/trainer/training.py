@@ -11,10 +11,10 @@ FEATURES = 8
 EXAMPLES = 64
 
 
-def data(seed: int = 0) -> tuple[Any, Any]:
+def data(seed: int = 0, examples: int = EXAMPLES) -> tuple[Any, Any]:
     generator = np.random.default_rng(seed)
-    x = generator.random((EXAMPLES, FEATURES), dtype=np.float32)
-    y = generator.random((EXAMPLES, 1), dtype=np.float32)
+    x = generator.random((examples, FEATURES), dtype=np.float32)
+    y = generator.random((examples, 1), dtype=np.float32)
     return x, y
 
 
@@ -47,10 +47,15 @@ def tiny_model(strategy: Any | None = None, steps_per_execution: int = 1) -> Any
 
 
 def fit(
-    model: Any, callbacks: Sequence[Any] = (), epochs: int = 2, batch_size: int = 16, **kwargs: Any
+    model: Any,
+    callbacks: Sequence[Any] = (),
+    epochs: int = 2,
+    batch_size: int = 16,
+    examples: int = EXAMPLES,
+    **kwargs: Any,
 ) -> list[float]:
     """The per-epoch losses of a fit over the fixed data, in order (no shuffling)."""
-    x, y = data()
+    x, y = data(examples=examples)
     history = model.fit(
         x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0,
         callbacks=list(callbacks), **kwargs,
