@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from mirrorwatch.doctor.model import Outcome, Status
 
@@ -22,15 +22,20 @@ def as_json(outcome: Outcome) -> str:
     return json.dumps(outcome.as_json(), indent=2, ensure_ascii=False)
 
 
-def checklist(outcome: Outcome, *, colour: bool) -> str:
+def checklist(
+    outcome: Outcome, *, colour: bool, only: Collection[Status] = ("pass", "warn", "fail", "skip")
+) -> str:
     """One line per check: mark, id, the GPU(s), the value found; then the expected value and
-    the fix under every check that did not pass; then the summary and exit meaning."""
+    the fix under every check that did not pass; then the summary and exit meaning. ``only``
+    folds the list to the checks of those statuses (the summary still counts every check)."""
 
     def paint(status: Status, text: str) -> str:
         return f"\033[{_COLOURS[status]}m{text}\033[0m" if colour else text
 
     lines = []
     for check in outcome.checks:
+        if check.status not in only:
+            continue
         where = f" [GPU {check.gpu}]" if check.gpu is not None else ""
         lines.append(
             f"{paint(check.status, _MARKS[check.status])} {check.id}{where}: {check.value}"
