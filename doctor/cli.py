@@ -73,24 +73,23 @@ def _validated(args: argparse.Namespace) -> None:
 
 
 def _host_view(backend: GpuBackend, args: argparse.Namespace) -> HostView:
-    thresholds = load_thresholds()
-    if backend.kind == "simulated":
+    process = hosts.process_cpus()
+    simulated = backend.kind == "simulated"
+    if simulated:
         # The process runs, unpinned, on the simulated host: every CPU its GPUs are near.
         configs = [gpu.config() for gpu in backend.gpus()]
         allowed = frozenset().union(*(c.local_cpus or () for c in configs if c is not None))
     else:
-        allowed = frozenset(os.sched_getaffinity(0))
-    view = HostView(allowed_cpus=allowed, thresholds=thresholds, own_pid=os.getpid())
+        allowed = process.allowed
+    view = HostView(
+        allowed, load_thresholds(), own_pid=os.getpid(), process=process, simulated=simulated
+    )
     if args.exporter is None:
         return view
     try:
-        return HostView(
-            allowed, thresholds, hosts.exporter_xids(args.exporter), own_pid=os.getpid()
-        )
+        return replace(view, xids=hosts.exporter_xids(args.exporter))
     except (OSError, ValueError) as error:
-        return HostView(
-            allowed, thresholds, None, f"exporter {args.exporter} unreachable: {error}", os.getpid()
-        )
+        return replace(view, xids_unavailable=f"exporter {args.exporter} unreachable: {error}")
 
 
 def _probe(
