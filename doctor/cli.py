@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -36,13 +37,30 @@ from mirrorwatch.trainer.cli import MODELS
 
 PROG = "mirrorwatch-doctor"
 _MODEL_STEPS = 5
+PROBE_SECONDS = 60.0
+# What the probes after the model's timing take beside the matmul (copies, the all-reduce): the
+# model's timing leaves them this, so the whole probe keeps to its cap.
+_PROBES_RESERVE_SECONDS = 10.0
+
+
+def progress(line: str) -> None:
+    """A probe's progress, on stderr (stdout carries the checklist or JSON)."""
+    print(f"{PROG}: {line}", file=sys.stderr, flush=True)
 
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="Will two GPUs give 2x? Checks before the run.")
     p.add_argument("--simulate", metavar="SCENARIO", help="read a simulated host, not NVML")
     p.add_argument("--gpus", type=at_least(1), help="GPUs of the simulated host")
-    p.add_argument("--probe", action="store_true", help="also run the checks under load (≤ 60 s)")
+    p.add_argument(
+        "--probe", action="store_true", help="also run the checks under load (--probe-seconds)"
+    )
+    p.add_argument(
+        "--probe-seconds",
+        type=above(0.0),
+        default=PROBE_SECONDS,
+        help=f"the probe's cap: it stops there with what it has (default {PROBE_SECONDS:.0f})",
+    )
     size = p.add_mutually_exclusive_group()
     size.add_argument("--model", choices=MODELS, help="expected speed-up for this model")
     size.add_argument("--gradient-bytes", type=at_least(1), help="or for this gradient size")
@@ -95,19 +113,38 @@ def _host_view(backend: GpuBackend, args: argparse.Namespace) -> HostView:
 def _probe(
     args: argparse.Namespace, backend: GpuBackend, tf: Any, names: Sequence[str]
 ) -> tuple[list[Check], dict[str, object] | None]:
-    step_seconds = args.step_seconds
-    gradient_bytes = args.gradient_bytes
-    if args.model:
-        gradient_bytes, step_seconds = model_step(
-            args.model, names[0], args.batch_size, _MODEL_STEPS
-        )
+    started = time.monotonic()
+    deadline = started + args.probe_seconds
     settings = CPU_SETTINGS if on_cpus(names) else ProbeSettings()
     if args.matmul_seconds is not None:
         settings = replace(settings, matmul_seconds=args.matmul_seconds)
+    devices = f"{len(names)} {'CPU' if on_cpus(names) else 'GPU'} devices"
+    timing = f"{args.model}'s step, then " if args.model else ""
+    progress(
+        f"probing {devices}: {timing}copies, an all-reduce and a {settings.matmul_seconds:g} s "
+        f"matmul; at most about {args.probe_seconds:g} s (--probe-seconds), then it stops "
+        "with what it has"
+    )
+    step_seconds = args.step_seconds
+    gradient_bytes = args.gradient_bytes
+    partial = ""
+    if args.model:
+        budget = args.probe_seconds - settings.matmul_seconds - _PROBES_RESERVE_SECONDS
+        timing_result = model_step(
+            args.model,
+            names[0],
+            args.batch_size,
+            _MODEL_STEPS,
+            budget_seconds=max(budget, 0.0),
+            progress=progress,
+        )
+        gradient_bytes, step_seconds = timing_result.gradient_bytes, timing_result.step_seconds
+        partial = timing_result.partial
     if gradient_bytes:
         # The all-reduce of the gradients themselves: small ones are latency-bound.
         settings = replace(settings, allreduce_bytes=gradient_bytes)
-    results = run_probes(tf, names, backend, settings)
+    results = run_probes(tf, names, backend, settings, progress, deadline)
+    progress(f"probed in {time.monotonic() - started:.0f} s")
     speedup = None
     if gradient_bytes and results.allreduce_seconds_per_byte is not None:
         speedup = Speedup(
@@ -115,6 +152,7 @@ def _probe(
             gradient_bytes=gradient_bytes,
             step_seconds=step_seconds,
             allreduce_seconds=results.allreduce_seconds_per_byte * gradient_bytes,
+            partial=partial,
         ).as_json()
     return results.checks, speedup
 
@@ -135,6 +173,8 @@ def diagnose(args: argparse.Namespace) -> Outcome:
         view = _host_view(backend, args)
         checks = gpu_checks(backend, view)
         names: list[str] = []
+        if args.probe:
+            progress("--probe: starting TensorFlow (it takes seconds, more on a busy machine)")
         tf = _tensorflow() if args.probe else None
         if tf is not None:
             names = prepare_devices(tf, args.split_gpu)
