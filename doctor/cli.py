@@ -19,6 +19,7 @@ from mirrorwatch.alerts.thresholds import ThresholdsError, load_thresholds
 from mirrorwatch.doctor import host as hosts
 from mirrorwatch.doctor.gpu_checks import HostView, gpu_checks
 from mirrorwatch.doctor.model import Check, Outcome
+from mirrorwatch.doctor.model_timing import TimingError, time_model
 from mirrorwatch.doctor.output import as_json, checklist
 from mirrorwatch.doctor.probes import (
     CPU_SETTINGS,
@@ -27,7 +28,7 @@ from mirrorwatch.doctor.probes import (
     prepare_devices,
     run_probes,
 )
-from mirrorwatch.doctor.speedup import Speedup, model_step
+from mirrorwatch.doctor.speedup import Speedup
 from mirrorwatch.doctor.tf_checks import SIMULATED, skipped_tf_checks, tf_checks
 from mirrorwatch.doctor.tf_facts import read_tf_facts
 from mirrorwatch.exporter.backend import GpuBackend
@@ -119,31 +120,37 @@ def _probe(
     if args.matmul_seconds is not None:
         settings = replace(settings, matmul_seconds=args.matmul_seconds)
     devices = f"{len(names)} {'CPU' if on_cpus(names) else 'GPU'} devices"
-    timing = f"{args.model}'s step, then " if args.model else ""
+    first = f"{args.model}'s step, then " if args.model else ""
     progress(
-        f"probing {devices}: {timing}copies, an all-reduce and a {settings.matmul_seconds:g} s "
+        f"probing {devices}: {first}copies, an all-reduce and a {settings.matmul_seconds:g} s "
         f"matmul; at most about {args.probe_seconds:g} s (--probe-seconds), then it stops "
         "with what it has"
     )
     step_seconds = args.step_seconds
     gradient_bytes = args.gradient_bytes
     partial = ""
+    checks: list[Check] = []
     if args.model:
         budget = args.probe_seconds - settings.matmul_seconds - _PROBES_RESERVE_SECONDS
-        timing_result = model_step(
-            args.model,
-            names[0],
-            args.batch_size,
-            _MODEL_STEPS,
-            budget_seconds=max(budget, 0.0),
-            progress=progress,
-        )
-        gradient_bytes, step_seconds = timing_result.gradient_bytes, timing_result.step_seconds
-        partial = timing_result.partial
+        try:
+            timing = time_model(
+                args.model,
+                args.batch_size,
+                _MODEL_STEPS,
+                split_gpu=args.split_gpu,
+                budget_seconds=max(budget, 0.0),
+                progress=progress,
+            )
+        except TimingError as error:
+            checks.append(Check("probe", "fail", str(error), "the model trains", ""))
+        else:
+            gradient_bytes, step_seconds = timing.gradient_bytes, timing.step_seconds
+            partial = timing.partial
     if gradient_bytes:
         # The all-reduce of the gradients themselves: small ones are latency-bound.
         settings = replace(settings, allreduce_bytes=gradient_bytes)
     results = run_probes(tf, names, backend, settings, progress, deadline)
+    checks += results.checks
     progress(f"probed in {time.monotonic() - started:.0f} s")
     speedup = None
     if gradient_bytes and results.allreduce_seconds_per_byte is not None:
@@ -154,7 +161,7 @@ def _probe(
             allreduce_seconds=results.allreduce_seconds_per_byte * gradient_bytes,
             partial=partial,
         ).as_json()
-    return results.checks, speedup
+    return checks, speedup
 
 
 def _tensorflow() -> Any:
