@@ -58,6 +58,20 @@ def demo_command(addresses: Mapping[str, Address | str], workdir: Path, *extra: 
     ]
 
 
+def refused(
+    addresses: Mapping[str, Address | str], workdir: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """A demo expected to refuse to start: its exit code and what it said."""
+    return subprocess.run(
+        demo_command(addresses, workdir, *extra),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def free_addresses() -> dict[str, Address]:
     return {
         name: Address("127.0.0.1", free_port())
@@ -96,14 +110,7 @@ def test_demo_prints_notifications_and_ctrl_c_leaves_nothing_running(tmp_path: P
         assert {f"{addresses['prometheus'].url}/", f"{addresses['alertmanager'].url}/"} & links
         assert [link for link in sorted(links) if http_get(link)[0] != 200] == []
         # A second demo from the same folder, on the same ports, is told what holds them.
-        second = subprocess.run(
-            demo_command(addresses, tmp_path / "demo"),
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        second = refused(addresses, tmp_path / "demo")
         assert second.returncode == 2
         assert second.stderr.startswith(
             f"make demo: a demo is already running (pid {process.pid})"
@@ -138,14 +145,7 @@ def test_demo_refuses_a_busy_port(tmp_path: Path) -> None:
     with socket.socket() as holder:
         holder.bind((addresses["prometheus"].host, addresses["prometheus"].port))
         holder.listen()
-        result = subprocess.run(
-            demo_command(addresses, tmp_path / "demo", "--no-train"),
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = refused(addresses, tmp_path / "demo", "--no-train")
     assert result.returncode == 2
     # Named by the variable that moves it, with an example of that variable.
     said = f"make demo: port in use: PROMETHEUS_LISTEN={addresses['prometheus']}; "
@@ -156,14 +156,7 @@ def test_demo_refuses_a_busy_port(tmp_path: Path) -> None:
 
 def test_a_bad_address_is_named_as_the_make_variable(tmp_path: Path) -> None:
     addresses: dict[str, Address | str] = {**free_addresses(), "exporter": "127.0.0.1:99999"}
-    result = subprocess.run(
-        [*demo_command(addresses, tmp_path / "demo"), "--check"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = refused(addresses, tmp_path / "demo", "--check")
     assert result.returncode == 2
     assert result.stderr == (
         "make demo: EXPORTER_LISTEN: port 99999 is out of range 1..65535 in '127.0.0.1:99999'\n"

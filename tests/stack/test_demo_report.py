@@ -22,7 +22,7 @@ from demo.state import STATE_FILE, DemoState, StateError, fresh_folder, running_
 from demo.terminal import say
 from mirrorwatch.report import cli as report_cli
 from tests.e2e.drill import binary
-from tests.stack.test_demo import demo_command, free_addresses
+from tests.stack.test_demo import demo_command, free_addresses, refused
 
 WAIT_SECONDS = 60
 
@@ -120,14 +120,7 @@ def test_a_failed_restart_deletes_nothing(tmp_path: Path) -> None:
     for path in (report, log):
         path.parent.mkdir(parents=True)
         path.write_text("kept")
-    result = subprocess.run(
-        demo_command(free_addresses(), tmp_path, "--scenario=nosuch"),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = refused(free_addresses(), tmp_path, "--scenario=nosuch")
     assert result.returncode == 2
     assert result.stderr.startswith("make demo: SCENARIO: unknown scenario 'nosuch'")
     assert len(result.stderr.splitlines()) == 1
