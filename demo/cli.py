@@ -1,16 +1,21 @@
 """`make demo`: exporter, trainer, Prometheus, Alertmanager and a receiver on loopback.
 
     python -m demo [--scenario NAME] [--exporter HOST:PORT] [--prometheus HOST:PORT]
-                   [--alertmanager HOST:PORT] [--receiver HOST:PORT] [--no-train]
+                   [--alertmanager HOST:PORT] [--receiver HOST:PORT] [--no-train] [--check]
+
+The Makefile passes its variables (SCENARIO=, EXPORTER_LISTEN=, ...) as these flags, so a
+mistake is said by the variable's name (demo/usage.py); ``--check`` checks them and exits, as
+`make demo` does before it installs anything.
 
 The exporter serves a simulated dual-GPU host, `mirrorwatch-train` trains a small CNN on two
 CPU replicas mapped onto its GPUs (after mirrorwatch-doctor's pre-flight checklist of that
 host), Prometheus (Debian's binary) scrapes it with the project's
 rules (alerts/mirrorwatch.rules.yml, the file the compose stack mounts), Alertmanager routes
 with alerts/alertmanager.yml, and every notification is printed here as it arrives. Ctrl-C
-writes the run report (build/demo/reports/RUN-TIME/, one folder per run, never deleted by a
-later demo) and stops everything this started; logs and data stay in build/demo/stack/ until
-the next demo starts. While it runs, build/demo/state.json says what it is (`make report`).
+writes the run report (build/demo/reports/RUN-TIME/, one folder per run, made and named in the
+banner at the start, never deleted by a later demo) and stops everything this started; logs
+and data stay in build/demo/stack/ until the next demo starts. While it runs,
+build/demo/state.json says what it is (`make report`).
 """
 
 from __future__ import annotations
