@@ -5,16 +5,21 @@ running alerts/alertmanager.yml."""
 from __future__ import annotations
 
 import json
+import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from demo.expect import (
     SCALING_ALERT,
+    ScalingWatch,
     arrivals,
     expectation,
     expected_alerts,
@@ -71,7 +76,7 @@ def test_the_xid_banner_promises_no_warning_xid() -> None:
 def test_the_healthy_banner_says_the_cpu_replicas_raise_the_scaling_alert() -> None:
     said = expectation("healthy")
     assert said.startswith("nothing else from the GPUs; TrainingScalingEfficiencyLow after ~15.5")
-    assert "share this machine's cores" in said
+    assert "share this machine's cores, so that depends on its load" in said
     # Without training there is no speed-up, so no such alert.
     assert expectation("healthy", training=False) == "nothing else from the GPUs."
 
@@ -80,7 +85,9 @@ def test_the_measured_speed_up_says_whether_the_scaling_alert_comes() -> None:
     low = scaling_verdict(0.52, 1.05, 0.0)
     assert "1.05x over one replica, a scaling efficiency of 52% (below 90%" in low
     assert f"{SCALING_ALERT} will arrive at about" in low
-    assert scaling_verdict(0.95, 1.9, 0.0).endswith(f"{SCALING_ALERT} will not come.")
+    assert scaling_verdict(0.95, 1.9, 0.0).endswith(
+        f"{SCALING_ALERT} will not come while it stays there."
+    )
 
 
 def test_a_custom_scenario_may_say_what_it_drills(tmp_path: Path) -> None:
@@ -157,3 +164,52 @@ def test_every_scenario_banner_matches_what_alertmanager_lets_through(alertmanag
         while (seen := _held_back(alertmanager, instance)) != promised:
             assert time.monotonic() < deadline, (scenario, seen, promised)
             time.sleep(0.2)
+
+
+class _Answers(BaseHTTPRequestHandler):
+    """A Prometheus query API that answers each metric with the value the test set."""
+
+    values: ClassVar[dict[str, float]] = {}
+
+    def do_GET(self) -> None:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["query"][0]
+        metric = query.split("{")[0]
+        result = (
+            [{"metric": {}, "value": [0, str(self.values[metric])]}]
+            if metric in self.values
+            else []
+        )
+        body = json.dumps({"status": "success", "data": {"result": result}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_the_scaling_watch_speaks_when_measured_and_when_the_efficiency_crosses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("demo.expect.SCALING_POLL_SECONDS", 0.0)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        watch = ScalingWatch(f"http://127.0.0.1:{server.server_address[1]}", "demo-healthy")
+        assert watch.poll() is None  # not measured yet
+        _Answers.values.update(
+            mirrorwatch_training_scaling_efficiency_ratio=0.95,
+            mirrorwatch_training_scaling_speedup=1.9,
+        )
+        said = watch.poll()
+        assert said is not None
+        assert said.endswith("will not come while it stays there.")
+        assert watch.poll() is None  # the same side: nothing new to say
+        _Answers.values["mirrorwatch_training_scaling_efficiency_ratio"] = 0.5
+        said = watch.poll()
+        assert said is not None
+        assert f"{SCALING_ALERT} will arrive at about" in said
+    finally:
+        server.shutdown()
+        server.server_close()
