@@ -21,6 +21,7 @@ build/demo/state.json says what it is (`make report`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -274,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"demo: {error}", error=True)
         return 1
     finally:
+        with contextlib.suppress(OSError):
+            report_dir.rmdir()  # only when empty: no report was written (a failed start)
         say("demo: stopped everything it started.")
 
 
