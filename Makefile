@@ -62,7 +62,7 @@ $(VENV)/.demo-deps: pyproject.toml
 	@$(call quietly,$(PYTHON) -m venv $(VENV))
 	@$(call quietly,$(PIP) install --upgrade pip "setuptools>=77" wheel)
 	@$(call quietly,$(PIP) install -e '.[demo]' --config-settings editable_mode=strict)
-	@touch $@
+	@touch $@ $(VENV)/.editable  # that install was the editable one: no second refresh
 
 # The strict editable install links each file of the packages, so the demo refreshes it only when
 # that set of files changes (a module added or removed), not at every start. The list is
