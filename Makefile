@@ -171,6 +171,7 @@ bench: install tools
 	$(PY) bench/soak_bench.py --out $(BENCH_OUT)/soak.json
 	$(PY) bench/scale_bench.py --out $(BENCH_OUT)/scale.json
 	$(PY) bench/doctor_bench.py --out $(BENCH_OUT)/doctor.json
+	$(PY) bench/doctor_probe_bench.py --out $(BENCH_OUT)/doctor-probe.json
 
 DEMO_ARGS = --scenario=$(SCENARIO) --exporter=$(EXPORTER_LISTEN) \
   --prometheus=$(PROMETHEUS_LISTEN) --alertmanager=$(ALERTMANAGER_LISTEN) \
