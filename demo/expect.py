@@ -42,8 +42,12 @@ def _labels(alert: ExpectedAlert) -> dict[str, str]:
 
 
 def held_back_by(alert: ExpectedAlert, scenario: Sequence[ExpectedAlert]) -> ExpectedAlert | None:
-    """The alert of ``scenario`` whose inhibition keeps ``alert`` from the receiver, or None."""
+    """The alert of ``scenario`` whose inhibition keeps ``alert`` from the receiver, or None.
+    Only one that fires by the time ``alert``'s first notification is due (its `for:` and
+    group_wait) holds it back: a later one cannot unsay what was sent."""
     target = _labels(alert)
+    settings, routes = thresholds(), alertmanager_config()
+    hold, wait = _timed(alert, settings, routes)
     for inhibition in INHIBITIONS:
         if not all(matcher_matches(m, target) for m in inhibition.target):
             continue
@@ -51,7 +55,9 @@ def held_back_by(alert: ExpectedAlert, scenario: Sequence[ExpectedAlert]) -> Exp
             source = _labels(other)
             if other == alert or not all(matcher_matches(m, source) for m in inhibition.source):
                 continue
-            if all(source[key] == target[key] for key in inhibition.equal if key in source):
+            if any(source[key] != target[key] for key in inhibition.equal if key in source):
+                continue
+            if _timed(other, settings, routes)[0] <= hold + wait:
                 return other
     return None
 

@@ -60,9 +60,12 @@ def test_the_critical_xid_holds_back_the_warning_one() -> None:
     # A critical alert of another name does not: that inhibition wants the same alertname.
     hung = ExpectedAlert(alert="TrainingHungInCollective", severity="critical")
     assert held_back_by(warning, [warning, hung]) is None
-    # A lost GPU holds back everything else that GPU says, whatever its severity.
+    # A lost GPU holds back everything else that GPU says once it fires (for: 1m) ...
     lost = ExpectedAlert(alert="GpuLost", severity="critical")
-    assert held_back_by(critical, [critical, lost]) == lost
+    spread = ExpectedAlert(alert="GpuTemperatureSpread", severity="warning")
+    assert held_back_by(spread, [spread, lost]) == lost
+    # ... but not what was sent before: the critical XID's notification leaves at once.
+    assert held_back_by(critical, [critical, lost]) is None
 
 
 def test_the_xid_banner_promises_no_warning_xid() -> None:
