@@ -18,7 +18,7 @@ REPORT_OUT ?=
 SINCE ?=
 
 .PHONY: help setup tools demo-tools install demo-install test lint typecheck pytest bench demo \
-  report alerts dashboards compatibility metrics clean
+  demo-check report report-check last-report alerts dashboards compatibility metrics clean
 
 # A setup step, quiet unless it fails: its output goes to build/setup.log and only the log's end
 # is shown, with where the rest is, when the step fails.
@@ -26,13 +26,12 @@ SETUP_LOG := build/setup.log
 quietly = mkdir -p build && { $(1) ; } >>$(SETUP_LOG) 2>&1 || { tail -n 25 $(SETUP_LOG); \
   echo "make: setup step failed; the whole log is $(SETUP_LOG)"; exit 1; }
 
-## help: this list (each target's `##` comment)
+## help: this list: one line per target, its first `##` line
 help:
 	@awk '/^## [a-z-]+:/ { sub(/^## /, ""); split($$0, part, ": "); \
-	  printf "  make %-11s %s\n", part[1], substr($$0, length(part[1]) + 3); next } \
-	  /^## / { sub(/^## /, ""); printf "  %-16s %s\n", "", $$0 }' $(MAKEFILE_LIST)
+	  printf "  make %-14s %s\n", part[1], substr($$0, length(part[1]) + 3) }' $(MAKEFILE_LIST)
 
-## setup: the virtual environment with the project and its test tools, plus promtool/amtool
+## setup: .venv with the project and its test tools, then `make tools`
 setup: install tools
 
 # The torch monitor's tests (tests/torch_monitor) run on this torch, pinned: the `[torch]` extra's
@@ -58,20 +57,34 @@ install: $(VENV)/.deps
 # What `make demo` needs and no more: the project with TensorFlow for CPUs (the `demo` extra),
 # not the test tools. A .venv that `make setup` built has it already.
 $(VENV)/.demo-deps: pyproject.toml
-	@echo "demo setup 1/3: Python environment $(VENV) with TensorFlow for CPUs (first run only:" \
+	@echo "demo setup: Python environment $(VENV) with TensorFlow for CPUs (first run only:" \
 	  "about 1.6 GB, mostly TensorFlow; minutes; log: $(SETUP_LOG))"
 	@$(call quietly,$(PYTHON) -m venv $(VENV))
 	@$(call quietly,$(PIP) install --upgrade pip "setuptools>=77" wheel)
 	@$(call quietly,$(PIP) install -e '.[demo]' --config-settings editable_mode=strict)
+	@touch $@ $(VENV)/.editable  # that install was the editable one: no second refresh
+
+# The strict editable install links each file of the packages, so the demo refreshes it only when
+# that set of files changes (a module added or removed), not at every start. The list is
+# rewritten only when it differs, so its date says when the set last changed.
+PACKAGE_FILES := build/package-files
+ifneq ($(filter demo report last-report demo-install,$(MAKECMDGOALS)),)
+$(shell mkdir -p build && find exporter trainer alerts report doctor telemetry torch_monitor \
+  -type f ! -path '*/__pycache__/*' | LC_ALL=C sort >$(PACKAGE_FILES).new \
+  && { cmp -s $(PACKAGE_FILES).new $(PACKAGE_FILES) && rm $(PACKAGE_FILES).new \
+  || mv $(PACKAGE_FILES).new $(PACKAGE_FILES); })
+endif
+$(VENV)/.editable: pyproject.toml $(PACKAGE_FILES) \
+  $(if $(wildcard $(VENV)/.deps),$(VENV)/.deps,$(VENV)/.demo-deps)
+	@$(call quietly,$(PIP) install --no-deps -e . --config-settings editable_mode=strict)
 	@touch $@
 
-demo-install: $(if $(wildcard $(VENV)/.deps),$(VENV)/.deps,$(VENV)/.demo-deps)
-	@$(call quietly,$(PIP) install --no-deps -e . --config-settings editable_mode=strict)
+demo-install: $(VENV)/.editable
 
-## tools: Prometheus, Alertmanager (with promtool, amtool), docker-compose, chromium and
-## victoria-metrics (vmagent, vmalert: tests/fleet) from Debian, when missing. docker-compose
-## (v1, Python) only validates the compose files here: no Docker engine. Chromium renders the
-## run report in tests/report.
+## tools: the Debian packages the tests run (Prometheus, Alertmanager, ...), if missing
+# Prometheus, Alertmanager (with promtool, amtool), docker-compose, chromium and victoria-metrics
+# (vmagent, vmalert: tests/fleet). docker-compose (v1, Python) only validates the compose files
+# here: no Docker engine. Chromium renders the run report in tests/report.
 tools: demo-tools
 	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null \
 	    || ! command -v docker-compose >/dev/null; then \
@@ -94,7 +107,7 @@ tools: demo-tools
 # The demo's only system packages: Debian's Prometheus and Alertmanager.
 demo-tools:
 	@if ! command -v prometheus >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
-	  echo "demo setup 2/3: Debian packages prometheus and prometheus-alertmanager (first run only)"; \
+	  echo "demo setup: Debian packages prometheus and prometheus-alertmanager (first run only)"; \
 	  $(call quietly,apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends prometheus prometheus-alertmanager); \
 	fi
@@ -102,32 +115,36 @@ demo-tools:
 ## test: lint, type checks and every test (CI runs this)
 test: setup lint typecheck pytest
 
+## lint: ruff check and ruff format --check over the whole checkout
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+## typecheck: mypy --strict over the packages, tests, bench, dashboards and demo
 typecheck: install
 	$(VENV)/bin/mypy -p mirrorwatch.contract -p mirrorwatch.exporter -p mirrorwatch.trainer \
 	  -p mirrorwatch.alerts -p mirrorwatch.report -p mirrorwatch.doctor -p mirrorwatch.telemetry \
 	  -p mirrorwatch.torch
 	$(VENV)/bin/mypy tests bench dashboards demo
 
+## pytest: every test (pytest -n 4); .venv/bin/pytest FILE runs one file
 pytest: install tools
 	$(VENV)/bin/pytest
 
-## alerts: regenerate alerts/mirrorwatch.rules.yml from alerts/thresholds.yml and alerts/rules/,
-## its PrometheusRule (deploy/kubernetes/prometheusrule.yaml), and the inhibit rules of the
-## Alertmanager configurations from alerts/inhibitions.py
+## alerts: regenerate the rules, their PrometheusRule and Alertmanager's inhibit rules
+# alerts/mirrorwatch.rules.yml from alerts/thresholds.yml and alerts/rules/, its PrometheusRule
+# (deploy/kubernetes/prometheusrule.yaml), and the inhibit rules of the Alertmanager
+# configurations from alerts/inhibitions.py.
 alerts: install
 	$(PY) -m mirrorwatch.alerts.build
 	$(PY) -m mirrorwatch.alerts.kubernetes
 	$(PY) -m mirrorwatch.alerts.alertmanager
 
-## dashboards: regenerate dashboards/json/*.json from the Python sources in dashboards/
+## dashboards: regenerate dashboards/json/*.json from dashboards/*.py
 dashboards: install
 	$(PY) -m dashboards.build
 
-## compatibility: regenerate docs/compatibility.md from the driver x board matrix cells
+## compatibility: regenerate docs/compatibility.md (driver x board matrix)
 compatibility: install
 	$(PY) -m tests.exporter.nvml_standin.compatibility
 
@@ -135,9 +152,9 @@ compatibility: install
 metrics: install
 	$(PY) -m tests.contract.metrics_doc
 
-## bench: benchmarks; results land in build/bench/results/*.json (BENCH_OUT=bench/results
-## replaces the committed ones). The side-by-side with nvitop-exporter installs it into its own
-## environment (never .venv) and runs Debian's Prometheus against both.
+## bench: benchmarks; results in build/bench/results/ (BENCH_OUT= elsewhere)
+# The side-by-side with nvitop-exporter installs it into its own environment (never .venv) and
+# runs Debian's Prometheus against both.
 NVITOP_VENV ?= build/bench/nvitop-venv
 BENCH_OUT ?= build/bench/results
 bench: install tools
@@ -160,21 +177,44 @@ bench: install tools
 	$(PY) bench/soak_bench.py --out $(BENCH_OUT)/soak.json
 	$(PY) bench/scale_bench.py --out $(BENCH_OUT)/scale.json
 	$(PY) bench/doctor_bench.py --out $(BENCH_OUT)/doctor.json
+	$(PY) bench/doctor_probe_bench.py --out $(BENCH_OUT)/doctor-probe.json
 
-## demo: exporter (simulated dual-GPU host), trainer on 2 CPU replicas, Prometheus, Alertmanager
-## and a receiver printing each notification; SCENARIO=name picks the scenario; Ctrl-C stops it
-demo: demo-install demo-tools
-	@echo "demo setup 3/3: starting the pipeline"
-	@$(PY) -m demo --scenario $(SCENARIO) --exporter $(EXPORTER_LISTEN) \
-	  --prometheus $(PROMETHEUS_LISTEN) --alertmanager $(ALERTMANAGER_LISTEN) \
-	  --receiver $(RECEIVER_LISTEN)
+DEMO_ARGS = --scenario=$(SCENARIO) --exporter=$(EXPORTER_LISTEN) \
+  --prometheus=$(PROMETHEUS_LISTEN) --alertmanager=$(ALERTMANAGER_LISTEN) \
+  --receiver=$(RECEIVER_LISTEN)
+REPORT_ARGS = $(if $(RUN),--run=$(RUN)) $(if $(SINCE),--since=$(SINCE)) \
+  $(if $(REPORT_OUT),--out=$(REPORT_OUT)) \
+  $(if $(filter command line environment,$(origin PROMETHEUS_LISTEN)),--prometheus=$(PROMETHEUS_LISTEN))
 
-## report: the run report of the running demo's run, from its Prometheus (found by itself;
-## RUN=, SINCE=, REPORT_OUT= and PROMETHEUS_LISTEN= change what and where)
-report: demo-install
-	@$(PY) -m demo.report $(if $(RUN),--run=$(RUN)) $(if $(SINCE),--since=$(SINCE)) \
-	  $(if $(REPORT_OUT),--out=$(REPORT_OUT)) \
-	  $(if $(filter command line environment,$(origin PROMETHEUS_LISTEN)),--prometheus=http://$(PROMETHEUS_LISTEN))
+# The arguments are checked before anything installs, so a mistake is said in seconds: with the
+# .venv of an earlier run (exit 2: a bad argument, said as the user typed it). On the first run
+# there is nothing to check with yet, and the command checks them again itself.
+check_first = if [ -x $(PY) ]; then said=$$($(PY) -m $(1) --check $(2) 2>&1); \
+  if [ $$? -eq 2 ]; then echo "$$said" >&2; exit 2; fi; fi
 
+demo-check:
+	@$(call check_first,demo,$(DEMO_ARGS))
+
+report-check:
+	@$(call check_first,demo.report,$(REPORT_ARGS))
+
+## demo: the whole pipeline on a simulated dual-GPU host (SCENARIO=name); Ctrl-C stops it
+# Exporter, trainer on 2 CPU replicas, Prometheus, Alertmanager and a receiver printing each
+# notification (README, "make demo"). The prerequisites run in this order: check, then install.
+demo: demo-check demo-install demo-tools
+	@echo "demo: starting the pipeline"
+	@$(PY) -m demo $(DEMO_ARGS)
+
+## report: a run report of the running demo, now (RUN=, SINCE=, REPORT_OUT= change it)
+# The run, its Prometheus and the range come from the running demo (build/demo/state.json);
+# RUN=, SINCE=, REPORT_OUT= and PROMETHEUS_LISTEN= replace them.
+report: report-check demo-install
+	@$(PY) -m demo.report $(REPORT_ARGS)
+
+## last-report: where the newest run report is (the demo's on Ctrl-C, or make report's)
+last-report: demo-install
+	@$(PY) -m demo.last_report
+
+## clean: remove .venv, build/ and the tools' caches
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

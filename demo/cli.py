@@ -1,21 +1,27 @@
 """`make demo`: exporter, trainer, Prometheus, Alertmanager and a receiver on loopback.
 
     python -m demo [--scenario NAME] [--exporter HOST:PORT] [--prometheus HOST:PORT]
-                   [--alertmanager HOST:PORT] [--receiver HOST:PORT] [--no-train]
+                   [--alertmanager HOST:PORT] [--receiver HOST:PORT] [--no-train] [--check]
+
+The Makefile passes its variables (SCENARIO=, EXPORTER_LISTEN=, ...) as these flags, so a
+mistake is said by the variable's name (demo/usage.py); ``--check`` checks them and exits, as
+`make demo` does before it installs anything.
 
 The exporter serves a simulated dual-GPU host, `mirrorwatch-train` trains a small CNN on two
 CPU replicas mapped onto its GPUs (after mirrorwatch-doctor's pre-flight checklist of that
 host), Prometheus (Debian's binary) scrapes it with the project's
 rules (alerts/mirrorwatch.rules.yml, the file the compose stack mounts), Alertmanager routes
 with alerts/alertmanager.yml, and every notification is printed here as it arrives. Ctrl-C
-writes the run report (build/demo/reports/RUN-TIME/, one folder per run, never deleted by a
-later demo) and stops everything this started; logs and data stay in build/demo/stack/ until
-the next demo starts. While it runs, build/demo/state.json says what it is (`make report`).
+writes the run report (build/demo/reports/RUN-TIME/, one folder per run, made and named in the
+banner at the start, never deleted by a later demo) and stops everything this started; logs
+and data stay in build/demo/stack/ until the next demo starts. While it runs,
+build/demo/state.json says what it is (`make report`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -27,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from demo.expect import ScalingWatch, expectation
+from demo.links import prometheus_pages
 from demo.notices import TerminalNotices
 from demo.processes import Process, Processes, StackError
 from demo.receiver import Notification, Receiver, address_argument
@@ -42,21 +50,16 @@ from demo.stack import (
     port_is_free,
     prometheus_config,
     prometheus_process,
-    route_timers,
-    thresholds,
     trainer_process,
 )
 from demo.state import DemoState, StateError, forget, fresh_folder, running_demo
 from demo.terminal import say
-from mirrorwatch.contract.vocabulary import Address, parse_prometheus_duration
+from demo.usage import DEMO_VARIABLES, MakeParser, MakeUsageError, refuse
+from mirrorwatch.contract.vocabulary import Address
 from mirrorwatch.doctor.cli import diagnose
 from mirrorwatch.doctor.cli import parser as doctor_parser
 from mirrorwatch.doctor.output import checklist
-from mirrorwatch.exporter.simulate.scenario import (
-    ScenarioError,
-    builtin_expected_alerts,
-    load_scenario,
-)
+from mirrorwatch.exporter.simulate.scenario import ScenarioError, load_scenario
 from mirrorwatch.report.cli import top_finding, write_report
 from mirrorwatch.report.prometheus import PrometheusError
 from mirrorwatch.report.scope import ScopeError
@@ -70,27 +73,13 @@ DEMO_INTERVAL = "5s"
 BASELINE_STEPS = 20
 
 
-# Alerts a scenario drills that need the run's steps to stop: the demo's CPU trainer never
-# hangs, whatever the simulated GPUs show.
-NEEDS_FROZEN_STEPS = frozenset({"TrainingHungInCollective"})
-
-
-def expected_alerts() -> dict[str, tuple[str, ...]]:
-    """The alerts each built-in scenario is meant to raise, by name, from its file's
-    ``expected_alerts`` (docs/scenarios.md); an alert expected with two severities once."""
-    return {
-        scenario: tuple(dict.fromkeys(expected.alert for expected in alerts))
-        for scenario, alerts in builtin_expected_alerts().items()
-    }
-
-
-# The table under its earlier name, for code that reads it (the files are its source now).
-EXPECTED_ALERTS: dict[str, tuple[str, ...]] = expected_alerts()
+PROG = "make demo"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="make demo",
+    p = MakeParser(
+        variables=DEMO_VARIABLES,
+        prog=PROG,
         description="The whole mirrorwatch pipeline on loopback, without Docker or a GPU.",
     )
     p.add_argument("--scenario", default="healthy", help="built-in scenario or scenario file")
@@ -100,39 +89,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--receiver", type=address_argument, default=Address("127.0.0.1", 9095))
     p.add_argument("--no-train", action="store_true", help="no training run, hardware only")
     p.add_argument("--workdir", type=Path, default=REPO / "build" / "demo")
+    p.add_argument(
+        "--check", action="store_true", help="check the arguments and exit (before installing)"
+    )
     return p
-
-
-def expectation(scenario: str) -> str:
-    """When the scenario's ``expected_alerts`` should arrive, from its file, thresholds.yml and
-    alertmanager.yml."""
-    try:
-        expected = load_scenario(scenario).expected_alerts
-    except ScenarioError:
-        expected = None  # the exporter says what is wrong with the file, and exits
-    if expected is None:
-        return "a custom scenario: its alerts arrive after their `for:` and group_wait."
-    if not expected:
-        return "nothing but Watchdog (every minute, on /watchdog)."
-    settings = thresholds()
-    routes = alertmanager_config()
-    parts = []
-    for alert in expected:
-        if alert.alert in NEEDS_FROZEN_STEPS:
-            parts.append(
-                f"{alert.alert} only once the run's steps stop ({alert.severity}): the demo's "
-                "trainer keeps stepping on CPU, so it stays quiet here "
-                "(tests/e2e/test_collective_hang.py drills it with a frozen worker)"
-            )
-            continue
-        hold = parse_prometheus_duration(str(settings[alert.alert]["for"]))
-        labels = {"alertname": alert.alert, "severity": alert.severity}
-        wait = route_timers(routes, labels)["group_wait"]
-        parts.append(
-            f"{alert.alert} after ~{(hold + wait) / 60:.1f} min "
-            f"({alert.severity}; for: {hold:.0f} s + {wait:.0f} s)"
-        )
-    return "; ".join(parts) + " -- plus the scenario's own start (docs/scenarios.md)."
 
 
 def preflight(scenario: str) -> None:
@@ -141,9 +101,11 @@ def preflight(scenario: str) -> None:
         outcome = diagnose(doctor_parser().parse_args(["--simulate", scenario]))
     except ScenarioError:
         return  # the exporter says what is wrong with the file, and exits
+    # Only what did not pass, and the count: the whole list is one command away.
     say(
-        f"\npre-flight: mirrorwatch-doctor --simulate {scenario} (exit {outcome.exit_code})\n"
-        + checklist(outcome, colour=sys.stdout.isatty())
+        f"\npre-flight: mirrorwatch-doctor --simulate {scenario} (exit {outcome.exit_code}; "
+        f"every check: .venv/bin/mirrorwatch-doctor --simulate {scenario})\n"
+        + checklist(outcome, colour=sys.stdout.isatty(), only=("warn", "fail"))
     )
 
 
@@ -194,45 +156,61 @@ def check_scenario(scenario: str) -> str | None:
     return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    # Everything is checked before anything is touched: a bad start keeps the last run's files.
+def busy_ports(args: argparse.Namespace) -> list[str]:
+    """Each address of the demo that something already holds, as the user would set it."""
+    return [
+        f"{DEMO_VARIABLES[f'--{name}']}={address}"
+        for name in ("exporter", "prometheus", "alertmanager", "receiver")
+        if not port_is_free(address := getattr(args, name))
+    ]
+
+
+def refusal(args: argparse.Namespace) -> str | None:
+    """Why the demo cannot start with ``args`` (one line), or None. Said before anything is
+    touched, and by the Makefile before it installs anything (--check)."""
     problem = check_scenario(args.scenario)
     if problem is not None:
-        print(f"demo: --scenario: {problem}", file=sys.stderr)
-        return 2
-    prometheus_bin = find_binary("prometheus")
-    alertmanager_bin = find_binary("prometheus-alertmanager", "alertmanager")
-    if prometheus_bin is None or alertmanager_bin is None:
-        print(
-            "demo: Prometheus and Alertmanager are needed: `make tools` installs Debian's "
-            "prometheus and prometheus-alertmanager",
-            file=sys.stderr,
-        )
-        return 2
-    addresses = {
-        "exporter": args.exporter,
-        "prometheus": args.prometheus,
-        "alertmanager": args.alertmanager,
-        "receiver": args.receiver,
-    }
-    busy = [f"{name} {address}" for name, address in addresses.items() if not port_is_free(address)]
-    if busy:
-        print(
-            f"demo: port in use: {', '.join(busy)}; stop what holds it or pick another, "
-            "e.g. make demo PROMETHEUS_LISTEN=127.0.0.1:19090",
-            file=sys.stderr,
-        )
-        return 2
-
-    workdir: Path = args.workdir
+        return f"{DEMO_VARIABLES['--scenario']}: {problem}"
     try:
-        other = running_demo(workdir)
+        other = running_demo(args.workdir)
     except StateError:
         pass  # none running, or a stale file: this demo replaces it
     else:
-        print(f"demo: a demo is already running from {workdir} (pid {other.pid})", file=sys.stderr)
-        return 2
+        return (
+            f"a demo is already running (pid {other.pid}): stop it with Ctrl-C in its terminal "
+            f"(or kill {other.pid}); `make report` reports on it meanwhile"
+        )
+    busy = busy_ports(args)
+    if busy:
+        variable, address = busy[0].split("=")
+        other_port = Address.parse(address).port % 10000 + 10000
+        return (
+            f"port in use: {', '.join(busy)}; stop what holds it or pick another, "
+            f"e.g. make demo {variable}=127.0.0.1:{other_port}"
+        )
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parser().parse_args(argv)
+    except MakeUsageError as error:
+        return refuse(PROG, str(error))
+    # Everything is checked before anything is touched: a bad start keeps the last run's files.
+    problem = refusal(args)
+    if problem is not None:
+        return refuse(PROG, problem)
+    if args.check:
+        return 0
+    prometheus_bin = find_binary("prometheus")
+    alertmanager_bin = find_binary("prometheus-alertmanager", "alertmanager")
+    if prometheus_bin is None or alertmanager_bin is None:
+        return refuse(
+            PROG,
+            "Prometheus and Alertmanager are needed: `make tools` installs Debian's "
+            "prometheus and prometheus-alertmanager",
+        )
+    workdir: Path = args.workdir
     layout = Layout(workdir, time.time())
     shutil.rmtree(layout.stack, ignore_errors=True)
     layout.stack.mkdir(parents=True)
@@ -253,30 +231,39 @@ def main(argv: Sequence[str] | None = None) -> int:
             say(text)
 
     receiver = Receiver(args.receiver.host, args.receiver.port, on_notification=show)
-    report_dir = layout.report(args.scenario)
+    # Made now, so the banner can say where the report will be: a piped demo's reader dies with
+    # the same Ctrl-C that writes it (`make demo | tee demo.log`), and `make last-report` finds it.
+    report_dir = fresh_folder(layout.report(args.scenario))
+    run = run_of(args)
     try:
         with receiver, Processes() as processes:
             try:
                 core = start(
-                    args, layout.stack, processes, prometheus_bin, alertmanager_bin, receiver
+                    args,
+                    layout.stack,
+                    processes,
+                    (prometheus_bin, alertmanager_bin),
+                    receiver,
+                    report_dir,
                 )
                 DemoState(
                     pid=os.getpid(),
                     scenario=args.scenario,
-                    run=None if args.no_train else demo_run(args.scenario),
+                    run=run,
                     instance=str(args.exporter),
                     prometheus=args.prometheus.url,
                     report_dir=str(report_dir),
                     started_at=layout.began,
                 ).write(workdir)
                 trainer = next((p for p in processes.started if p.name == "trainer"), None)
-                return watch(core, trainer)
+                scaling = ScalingWatch(args.prometheus.url, None if trainer is None else run)
+                return watch(core, trainer, scaling)
             except KeyboardInterrupt:
                 # A second Ctrl-C must not cut the report or the cleanup short.
                 for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                     signal.signal(signum, signal.SIG_IGN)
                 say("\ndemo: writing the run report ...")
-                report_on(args, fresh_folder(report_dir), layout.began)
+                report_on(args, report_dir, layout.began)
                 say("demo: stopping ...")
                 return 0
             finally:
@@ -288,17 +275,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"demo: {error}", error=True)
         return 1
     finally:
+        with contextlib.suppress(OSError):
+            report_dir.rmdir()  # only when empty: no report was written (a failed start)
         say("demo: stopped everything it started.")
+
+
+def run_of(args: argparse.Namespace) -> str | None:
+    """The demo's run id, or None without training (the report is then of the exporter)."""
+    return None if args.no_train else demo_run(args.scenario)
 
 
 def start(
     args: argparse.Namespace,
     workdir: Path,
     processes: Processes,
-    prometheus_bin: str,
-    alertmanager_bin: str,
+    binaries: tuple[str, str],
     receiver: Receiver,
+    report_dir: Path,
 ) -> list[Process]:
+    prometheus_bin, alertmanager_bin = binaries
     exporter = processes.start(
         exporter_process(workdir, args.scenario, args.exporter), f"{args.exporter.url}/readyz"
     )
@@ -341,31 +336,37 @@ def start(
     )
     rules = RULES.relative_to(REPO)
     routes = ALERTMANAGER_CONFIG.relative_to(REPO)
+    # The pages as this Prometheus serves them (Debian 12's only under /classic/).
+    pages = prometheus_pages(args.prometheus.url)
     rows = [
         ("exporter", f"{args.exporter.url}/", "metrics at /metrics, GPUs at /api/v1/gpus"),
         ("training", training, f"log: {workdir / 'trainer.log'}"),
-        ("prometheus", f"{args.prometheus.url}/alerts", f"rules: {rules}, every {DEMO_INTERVAL}"),
+        ("prometheus", pages["alerts"], f"rules: {rules}, every {DEMO_INTERVAL}"),
         ("alertmanager", f"{args.alertmanager.url}/", f"routes: {routes}"),
         ("receiver", f"{receiver.url}/", "notifications are printed below as they arrive"),
     ]
     table = "\n".join(f"  {name:13} {where:34} {what}" for name, where, what in rows)
     say(
         f"\nmirrorwatch demo: scenario {args.scenario} on a simulated dual-GPU host\n{table}\n"
-        f"Expect: Watchdog at once; {expectation(args.scenario)}\n"
+        f"Expect: Watchdog at once; {expectation(args.scenario, training=not args.no_train)}\n"
         f"{measured}"
         "No Grafana here (its dashboards come with `docker compose up -d`): watch this terminal, "
-        f"{args.prometheus.url}/alerts and /graph, {args.alertmanager.url}/ and the run report "
-        "(`make report`, and on Ctrl-C).\n"
-        f"Logs and data: {workdir}. Ctrl-C writes the report and stops everything.\n"
+        f"{pages['alerts']}, {pages['graph']}, {args.alertmanager.url}/ and the run report.\n"
+        f"Logs and data: {workdir}.\n"
+        f"Ctrl-C writes the run report to {report_dir / 'report.html'} and stops everything; "
+        "`make report` writes one now, `make last-report` says where the newest is.\n"
     )
     return [exporter, alertmanager, prometheus]
 
 
-def watch(core: list[Process], trainer: Process | None) -> int:
-    """Run until Ctrl-C; a service that dies ends the demo, a trainer that finishes does not."""
+def watch(core: list[Process], trainer: Process | None, scaling: ScalingWatch) -> int:
+    """Run until Ctrl-C; a service that dies ends the demo, a trainer that finishes does not.
+    Once the run's speed-up is measured, it says whether TrainingScalingEfficiencyLow comes."""
     trainer_reported = False
     while True:
         time.sleep(1.0)
+        if (verdict := scaling.poll()) is not None:
+            say(f"{time.strftime('%H:%M:%S')} {verdict}")
         for process in core:
             if not process.alive():
                 say(

@@ -173,7 +173,7 @@ def route_timers(config: Mapping[str, Any], labels: Mapping[str, str]) -> dict[s
         )
     }
     for child in route.get("routes", []):
-        if all(_matches(matcher, labels) for matcher in child.get("matchers", [])):
+        if all(matches(matcher, labels) for matcher in child.get("matchers", [])):
             for key in timers:
                 if key in child:
                     timers[key] = parse_prometheus_duration(str(child[key]))
@@ -181,7 +181,8 @@ def route_timers(config: Mapping[str, Any], labels: Mapping[str, str]) -> dict[s
     return timers
 
 
-def _matches(matcher: str, labels: Mapping[str, str]) -> bool:
+def matches(matcher: str, labels: Mapping[str, str]) -> bool:
+    """Whether ``labels`` satisfy one Alertmanager matcher (`name="v"`, `=~`, `!=`, `!~`)."""
     found = re.fullmatch(r'\s*(\w+)\s*(=~|!~|!=|=)\s*"?(.*?)"?\s*', matcher)
     if found is None:
         raise ValueError(f"cannot read matcher {matcher!r}")

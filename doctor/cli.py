@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -19,6 +20,7 @@ from mirrorwatch.contract.plain_errors import Parser, UsageError, above, at_leas
 from mirrorwatch.doctor import host as hosts
 from mirrorwatch.doctor.gpu_checks import HostView, gpu_checks
 from mirrorwatch.doctor.model import Check, Outcome
+from mirrorwatch.doctor.model_timing import TimingError, time_model
 from mirrorwatch.doctor.output import as_json, checklist
 from mirrorwatch.doctor.probes import (
     CPU_SETTINGS,
@@ -27,7 +29,7 @@ from mirrorwatch.doctor.probes import (
     prepare_devices,
     run_probes,
 )
-from mirrorwatch.doctor.speedup import Speedup, model_step
+from mirrorwatch.doctor.speedup import Speedup
 from mirrorwatch.doctor.tf_checks import SIMULATED, skipped_tf_checks, tf_checks
 from mirrorwatch.doctor.tf_facts import read_tf_facts
 from mirrorwatch.exporter.backend import GpuBackend
@@ -36,13 +38,30 @@ from mirrorwatch.trainer.cli import MODELS
 
 PROG = "mirrorwatch-doctor"
 _MODEL_STEPS = 5
+PROBE_SECONDS = 60.0
+# What the probes after the model's timing take beside the matmul (copies, the all-reduce): the
+# model's timing leaves them this, so the whole probe keeps to its cap.
+_PROBES_RESERVE_SECONDS = 10.0
+
+
+def progress(line: str) -> None:
+    """A probe's progress, on stderr (stdout carries the checklist or JSON)."""
+    print(f"{PROG}: {line}", file=sys.stderr, flush=True)
 
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="Will two GPUs give 2x? Checks before the run.")
     p.add_argument("--simulate", metavar="SCENARIO", help="read a simulated host, not NVML")
     p.add_argument("--gpus", type=at_least(1), help="GPUs of the simulated host")
-    p.add_argument("--probe", action="store_true", help="also run the checks under load (≤ 60 s)")
+    p.add_argument(
+        "--probe", action="store_true", help="also run the checks under load (--probe-seconds)"
+    )
+    p.add_argument(
+        "--probe-seconds",
+        type=above(0.0),
+        default=PROBE_SECONDS,
+        help=f"the probe's cap: it stops there with what it has (default {PROBE_SECONDS:.0f})",
+    )
     size = p.add_mutually_exclusive_group()
     size.add_argument("--model", choices=MODELS, help="expected speed-up for this model")
     size.add_argument("--gradient-bytes", type=at_least(1), help="or for this gradient size")
@@ -73,42 +92,66 @@ def _validated(args: argparse.Namespace) -> None:
 
 
 def _host_view(backend: GpuBackend, args: argparse.Namespace) -> HostView:
-    thresholds = load_thresholds()
-    if backend.kind == "simulated":
+    process = hosts.process_cpus()
+    simulated = backend.kind == "simulated"
+    if simulated:
         # The process runs, unpinned, on the simulated host: every CPU its GPUs are near.
         configs = [gpu.config() for gpu in backend.gpus()]
         allowed = frozenset().union(*(c.local_cpus or () for c in configs if c is not None))
     else:
-        allowed = frozenset(os.sched_getaffinity(0))
-    view = HostView(allowed_cpus=allowed, thresholds=thresholds, own_pid=os.getpid())
+        allowed = process.allowed
+    view = HostView(
+        allowed, load_thresholds(), own_pid=os.getpid(), process=process, simulated=simulated
+    )
     if args.exporter is None:
         return view
     try:
-        return HostView(
-            allowed, thresholds, hosts.exporter_xids(args.exporter), own_pid=os.getpid()
-        )
+        return replace(view, xids=hosts.exporter_xids(args.exporter))
     except (OSError, ValueError) as error:
-        return HostView(
-            allowed, thresholds, None, f"exporter {args.exporter} unreachable: {error}", os.getpid()
-        )
+        return replace(view, xids_unavailable=f"exporter {args.exporter} unreachable: {error}")
 
 
 def _probe(
     args: argparse.Namespace, backend: GpuBackend, tf: Any, names: Sequence[str]
 ) -> tuple[list[Check], dict[str, object] | None]:
-    step_seconds = args.step_seconds
-    gradient_bytes = args.gradient_bytes
-    if args.model:
-        gradient_bytes, step_seconds = model_step(
-            args.model, names[0], args.batch_size, _MODEL_STEPS
-        )
+    started = time.monotonic()
+    deadline = started + args.probe_seconds
     settings = CPU_SETTINGS if on_cpus(names) else ProbeSettings()
     if args.matmul_seconds is not None:
         settings = replace(settings, matmul_seconds=args.matmul_seconds)
+    devices = f"{len(names)} {'CPU' if on_cpus(names) else 'GPU'} devices"
+    first = f"{args.model}'s step, then " if args.model else ""
+    progress(
+        f"probing {devices}: {first}copies, an all-reduce and a {settings.matmul_seconds:g} s "
+        f"matmul; at most about {args.probe_seconds:g} s (--probe-seconds), then it stops "
+        "with what it has"
+    )
+    step_seconds = args.step_seconds
+    gradient_bytes = args.gradient_bytes
+    partial = ""
+    checks: list[Check] = []
+    if args.model:
+        budget = args.probe_seconds - settings.matmul_seconds - _PROBES_RESERVE_SECONDS
+        try:
+            timing = time_model(
+                args.model,
+                args.batch_size,
+                _MODEL_STEPS,
+                split_gpu=args.split_gpu,
+                budget_seconds=max(budget, 0.0),
+                progress=progress,
+            )
+        except TimingError as error:
+            checks.append(Check("probe", "fail", str(error), "the model trains", ""))
+        else:
+            gradient_bytes, step_seconds = timing.gradient_bytes, timing.step_seconds
+            partial = timing.partial
     if gradient_bytes:
         # The all-reduce of the gradients themselves: small ones are latency-bound.
         settings = replace(settings, allreduce_bytes=gradient_bytes)
-    results = run_probes(tf, names, backend, settings)
+    results = run_probes(tf, names, backend, settings, progress, deadline)
+    checks += results.checks
+    progress(f"probed in {time.monotonic() - started:.0f} s")
     speedup = None
     if gradient_bytes and results.allreduce_seconds_per_byte is not None:
         speedup = Speedup(
@@ -116,8 +159,9 @@ def _probe(
             gradient_bytes=gradient_bytes,
             step_seconds=step_seconds,
             allreduce_seconds=results.allreduce_seconds_per_byte * gradient_bytes,
+            partial=partial,
         ).as_json()
-    return results.checks, speedup
+    return checks, speedup
 
 
 def _tensorflow() -> Any:
@@ -136,6 +180,8 @@ def diagnose(args: argparse.Namespace) -> Outcome:
         view = _host_view(backend, args)
         checks = gpu_checks(backend, view)
         names: list[str] = []
+        if args.probe:
+            progress("--probe: starting TensorFlow (it takes seconds, more on a busy machine)")
         tf = _tensorflow() if args.probe else None
         if tf is not None:
             names = prepare_devices(tf, args.split_gpu)

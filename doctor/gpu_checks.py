@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.causes import cause
+from mirrorwatch.doctor.host import ProcessCpus
 from mirrorwatch.doctor.model import Check, Status, skipped
 from mirrorwatch.exporter.backend import DeviceConfig, GpuBackend, GpuDevice, P2pLink
 
@@ -39,6 +40,8 @@ _POWER_LIMIT_SLACK_RATIO = 0.02
 class HostView:
     """What the GPU checks compare the GPUs with: this process's CPUs, XIDs from an exporter.
 
+    ``allowed_cpus`` are the CPUs the GPUs' local CPUs are compared with: this process's, or on
+    a simulated host that host's (``process`` then says what this machine gives the process).
     ``xids`` maps a GPU's UUID to its XID counts by number; None: no exporter was asked.
     """
 
@@ -47,6 +50,8 @@ class HostView:
     xids: Mapping[str, Mapping[int, float]] | None = None
     xids_unavailable: str = "no exporter asked (--exporter URL)"
     own_pid: int = 0
+    process: ProcessCpus | None = None
+    simulated: bool = False
 
 
 def _gpu(device: GpuDevice) -> str:
@@ -226,7 +231,13 @@ def cpu_affinity(device: GpuDevice, config: DeviceConfig | None, host: HostView)
     if local is None:
         return skipped("interconnect.cpu_affinity", "NVML does not report CPU affinity", gpu)
     near = len(local & host.allowed_cpus)
-    value = f"{near} of this process's {len(host.allowed_cpus)} CPUs are local to the GPU"
+    if host.simulated:
+        value = f"{near} of the simulated host's {len(host.allowed_cpus)} CPUs are local to the GPU"
+        if host.process is not None:
+            value += f" (this process may use {host.process.words()} of this machine)"
+    else:
+        cpus = host.process or ProcessCpus(host.allowed_cpus)
+        value = f"{near} of this process's {cpus.words()} are local to the GPU"
     if near:
         return Check("interconnect.cpu_affinity", "pass", value, "some local CPUs", gpu=gpu)
     return Check(
@@ -342,12 +353,16 @@ hardware_slowdown = _reasons_check(
 )
 
 
+# What gpu_error.ecc looks for, in the words of what it finds: each problem below is one of these.
+_ECC_EXPECTED = "no uncorrected ECC errors and no pending page retirement or row remap"
+
+
 def ecc(device: GpuDevice, config: DeviceConfig | None) -> Check:
     gpu = _gpu(device)
     if config is None or config.ecc_enabled is None:
         return skipped("gpu_error.ecc", "NVML does not report ECC", gpu)
     if not config.ecc_enabled:
-        return Check("gpu_error.ecc", "pass", "ECC off", "no pending retirements", gpu=gpu)
+        return Check("gpu_error.ecc", "pass", "ECC off", _ECC_EXPECTED, gpu=gpu)
     problems = []
     if config.retired_pages_pending:
         problems.append("retired pages pending")
@@ -357,14 +372,14 @@ def ecc(device: GpuDevice, config: DeviceConfig | None) -> Check:
         problems.append("row remap failed")
     uncorrected = (device.ecc_errors_total() or {}).get("uncorrected", 0.0)
     if uncorrected:
-        problems.append(f"{uncorrected:.0f} uncorrected errors")
+        problems.append(f"{uncorrected:.0f} uncorrected ECC error{'' if uncorrected == 1 else 's'}")
     if not problems:
-        return Check("gpu_error.ecc", "pass", "ECC on, clean", "no pending retirements", gpu=gpu)
+        return Check("gpu_error.ecc", "pass", "ECC on, clean", _ECC_EXPECTED, gpu=gpu)
     return Check(
         "gpu_error.ecc",
         "fail",
         ", ".join(problems),
-        "no pending retirements",
+        _ECC_EXPECTED,
         "reset the GPU (nvidia-smi -r) or reboot to apply pending retirements; a failed remap "
         "means RMA",
         gpu,

@@ -1,11 +1,15 @@
-"""Where the doctor reads the GPUs: NVML, or a simulated host at the moment its story is told."""
+"""Where the doctor reads the GPUs (NVML, or a simulated host at the moment its story is told)
+and this process's CPUs."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 from mirrorwatch.exporter.backend import GpuBackend
 from mirrorwatch.exporter.nvml import NvmlBackend
@@ -54,3 +58,48 @@ def exporter_xids(url: str) -> Mapping[str, Mapping[int, float]]:
         xids = gpu.get("xid_errors_total", {})
         counts[str(gpu.get("uuid"))] = {int(k): float(v) for k, v in xids.items()}
     return counts
+
+
+@dataclass(frozen=True)
+class ProcessCpus:
+    """The CPUs this process may run on (its affinity: `taskset`, a container's cpuset) and the
+    time its cgroup grants (cgroup v2 ``cpu.max``, in CPUs; None: no quota)."""
+
+    allowed: frozenset[int]
+    quota: float | None = None
+
+    def words(self) -> str:
+        """How many CPUs, as the process can use them: "2 CPUs", "4 CPUs (cgroup quota 1.5)"."""
+        count = len(self.allowed)
+        said = f"{count} CPU{'' if count == 1 else 's'}"
+        if self.quota is not None and self.quota < count:
+            said += f" (cgroup quota {self.quota:g} CPUs)"
+        return said
+
+
+def cgroup_cpu_quota(
+    cgroup_root: Path = Path("/sys/fs/cgroup"), own: Path = Path("/proc/self/cgroup")
+) -> float | None:
+    """The tightest ``cpu.max`` quota (in CPUs) from this process's cgroup v2 up to the root;
+    None without cgroup v2 or without a quota."""
+    try:
+        line = next(x for x in own.read_text().splitlines() if x.startswith("0::"))
+    except (OSError, StopIteration):
+        return None
+    folder = cgroup_root / line.removeprefix("0::").strip("/")
+    quotas = []
+    for directory in (folder, *folder.parents):
+        if not directory.is_relative_to(cgroup_root):
+            break
+        try:
+            limit, period = (directory / "cpu.max").read_text().split()
+        except (OSError, ValueError):
+            continue
+        if limit != "max" and float(period) > 0:
+            quotas.append(float(limit) / float(period))
+    return min(quotas, default=None)
+
+
+def process_cpus() -> ProcessCpus:
+    """This process's CPUs, by affinity and cgroup quota (never the host's count)."""
+    return ProcessCpus(frozenset(os.sched_getaffinity(0)), cgroup_cpu_quota())

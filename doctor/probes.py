@@ -8,11 +8,12 @@ devices: the same code path, numbers that say nothing about GPUs.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mirrorwatch.contract.causes import cause
@@ -346,24 +347,43 @@ def _under_load(index: int, samples: Sequence[Mapping[str, Any]]) -> Check:
     )
 
 
+# What each probe does, as its progress line says it.
+_DOING = {
+    "probe.copy_bandwidth": "host↔device copies",
+    "interconnect.allreduce": "an all-reduce through MirroredStrategy",
+    "imbalance.matmul": "a matmul on every device at once",
+}
+# Probes that may be left out at the cap: the all-reduce never is (the speed-up needs it, and
+# it takes rounds of one transfer).
+_CAPPED = frozenset({"probe.copy_bandwidth", "imbalance.matmul"})
+
+
 def run_probes(
     tf: Any,
     names: Sequence[str],
     backend: GpuBackend | None,
     settings: ProbeSettings,
     progress: Callable[[str], None] = lambda _: None,
+    deadline: float = math.inf,
 ) -> ProbeResults:
-    """Every probe in turn; a probe TensorFlow cannot run fails with its error, the rest go on."""
+    """Every probe in turn; a probe TensorFlow cannot run fails with its error, the rest go on.
+    Past ``deadline`` (time.monotonic()) the copies and the matmul are skipped, saying so, and
+    the matmul never runs beyond it."""
     gpus = list(backend.gpus()) if backend is not None else []
     results = ProbeResults()
     if len(names) < 2:
         results.checks.append(skipped("interconnect.allreduce", f"{len(names)} device(s)"))
+
+    def burn() -> None:
+        seconds = min(settings.matmul_seconds, deadline - time.monotonic())
+        results.checks.extend(matmul(tf, names, gpus, replace(settings, matmul_seconds=seconds)))
+
     steps: list[tuple[str, Callable[[], None]]] = [
         (
             "probe.copy_bandwidth",
             lambda: results.checks.extend(copy_bandwidth(tf, names, gpus, settings)),
         ),
-        ("imbalance.matmul", lambda: results.checks.extend(matmul(tf, names, gpus, settings))),
+        ("imbalance.matmul", burn),
     ]
     if len(names) >= 2:
 
@@ -374,7 +394,11 @@ def run_probes(
 
         steps.insert(1, ("interconnect.allreduce", reduce))
     for check_id, step in steps:
-        progress(check_id)
+        if check_id in _CAPPED and time.monotonic() >= deadline:
+            progress(f"{_DOING[check_id]}: skipped, the --probe-seconds cap is reached")
+            results.checks.append(skipped(check_id, "the --probe-seconds cap came first"))
+            continue
+        progress(_DOING[check_id])
         try:
             step()
         except (RuntimeError, ValueError, tf.errors.OpError) as error:

@@ -8,14 +8,9 @@ MirroredStrategy reduces the gradients after the backward pass, so the estimate 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Any
 
 from mirrorwatch.doctor.probes import size_words
-
-BYTES_PER_PARAMETER = 4  # float32 gradients, also under mixed_float16 (variables stay float32)
-_WARMUP_STEPS = 2
 
 
 @dataclass(frozen=True)
@@ -24,6 +19,8 @@ class Speedup:
     gradient_bytes: int
     step_seconds: float | None
     allreduce_seconds: float
+    # Why the step time rests on fewer steps than asked (the --probe-seconds cap), or "".
+    partial: str = ""
 
     @property
     def factor(self) -> float | None:
@@ -44,6 +41,7 @@ class Speedup:
                 "per-replica batch kept (global batch x replicas); all-reduce after the backward "
                 "pass, not overlapped; input pipeline keeps up; float32 gradients"
             ),
+            "partial": self.partial or None,
             "text": self.words,
         }
 
@@ -52,33 +50,15 @@ class Speedup:
         factor = self.factor
         reduce_ms = self.allreduce_seconds * 1000
         size = size_words(self.gradient_bytes)
+        if (factor is None or self.step_seconds is None) and self.partial:
+            return f"all-reduce of {size} takes {reduce_ms:.1f} ms ({self.partial})"
         if factor is None or self.step_seconds is None:
             return (
                 f"all-reduce of {size} takes {reduce_ms:.1f} ms; "
                 "give --model (or --step-seconds) for the speed-up"
             )
-        return (
+        said = (
             f"expect about {factor:.2f}x (ideal {self.replicas}x): a step's compute "
             f"{self.step_seconds * 1000:.1f} ms, the all-reduce of {size} {reduce_ms:.1f} ms"
         )
-
-
-def model_step(model_name: str, device: str, batch_size: int, steps: int) -> tuple[int, float]:
-    """A mirrorwatch-train model's gradient bytes and one replica's measured step time."""
-    import tensorflow as tf
-
-    from mirrorwatch.trainer.models import Job, build_model, dataset, default_image_size
-
-    job = Job(model=model_name, image_size=default_image_size(model_name))
-    with tf.device(device):
-        model = build_model(job)
-        features, labels = next(iter(dataset(job, batch_size)))
-        for _ in range(_WARMUP_STEPS):
-            model.train_on_batch(features, labels)
-        start = time.perf_counter()
-        for _ in range(steps):
-            loss: Any = model.train_on_batch(features, labels)
-        float(loss if not isinstance(loss, list) else loss[0])
-        seconds = (time.perf_counter() - start) / steps
-    parameters = sum(int(tf.size(v)) for v in model.trainable_variables)
-    return parameters * BYTES_PER_PARAMETER, seconds
+        return f"{said} ({self.partial})" if self.partial else said

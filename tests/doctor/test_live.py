@@ -97,3 +97,27 @@ def test_bad_usage_is_one_line_and_exit_2() -> None:
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1, (args, lines)
         assert named in lines[0], (args, lines)
+
+
+def test_the_probe_says_what_it_does_and_stops_at_its_cap_with_a_partial_answer() -> None:
+    result = doctor_process(
+        "--simulate", "healthy", "--probe", "--model", "cnn", "--batch-size", "8",
+        "--probe-seconds", "0.01", "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    said = "\n".join(
+        line for line in result.stderr.splitlines() if line.startswith("mirrorwatch-doctor: ")
+    )
+    # Its cost up front, then what it does as it goes, and what the cap left out.
+    assert "at most about 0.01 s (--probe-seconds), then it stops with what it has" in said
+    assert "cnn: 30.7 KiB of gradients" in said
+    assert "host↔device copies: skipped, the --probe-seconds cap is reached" in said
+    document = json.loads(result.stdout)
+    (copies,) = {c["status"] for c in by_id(document, "probe.copy_bandwidth")}
+    assert copies == "skip"
+    # The step was cut off; the all-reduce of the model's gradients still gives its cost.
+    speedup = document["expected_speedup"]
+    assert speedup["partial"] == "partial: no step of cnn finished within the --probe-seconds cap"
+    assert speedup["factor"] is None
+    assert speedup["gradient_bytes"] == 31_400  # 7,850 float32 parameters
+    assert speedup["text"].endswith(f"({speedup['partial']})")

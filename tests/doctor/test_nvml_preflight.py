@@ -112,7 +112,7 @@ def test_pending_row_remaps_fail_the_ecc_check(backends: list[NvmlBackend]) -> N
     assert ecc["0"][0] == "fail"
     assert "row remap pending" in ecc["0"][1]
     assert ecc["1"][0] == "fail"  # FakeGpu counts one uncorrected error
-    assert "1 uncorrected errors" in ecc["1"][1]
+    assert "1 uncorrected ECC error" in ecc["1"][1]
 
 
 def test_a_process_pinned_away_from_a_gpu_s_cpus_warns(backends: list[NvmlBackend]) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,7 +59,7 @@ def test_a_critical_xid_fails_and_names_the_numbers(capsys: pytest.CaptureFixtur
     (gpu1,) = [c for c in by_id(document, "gpu_error.xid") if c["gpu"] == "1"]
     assert (gpu1["status"], gpu1["value"]) == ("fail", "XID 43 x1, XID 48 x1")
     (ecc,) = [c for c in by_id(document, "gpu_error.ecc") if c["gpu"] == "1"]
-    assert (ecc["status"], ecc["value"]) == ("fail", "1 uncorrected errors")
+    assert (ecc["status"], ecc["value"]) == ("fail", "1 uncorrected ECC error")
 
 
 def test_a_hot_gpu_fails_its_headroom_and_warns_of_thermal_throttling(
@@ -120,3 +123,44 @@ def test_probe_without_tensorflow_is_skipped_saying_so(
     (probe,) = by_id(document, "probe")
     assert (probe["status"], probe["value"]) == ("skip", "skipped: no TensorFlow")
     assert document["expected_speedup"] is None
+
+
+def test_the_tensorflow_checks_a_simulated_host_skips_are_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--simulate", "healthy"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "tensorflow" in line]
+    assert lines == [
+        "skip tensorflow.* (7 checks: cuda_build, gpus, cuda_versions, cudnn_loaded, driver, "
+        "compute_capability, cross_device_ops): skipped: a simulated host: TensorFlow sees this "
+        "machine's GPUs, not the simulated ones"
+    ]
+    # The JSON keeps each check: scripts read them by id.
+    _, document = doctor_json(capsys, "--simulate", "healthy")
+    assert len([c for c in document["checks"] if c["id"].startswith("tensorflow.")]) == 7
+
+
+def test_the_cpus_are_this_process_s_under_a_restricted_affinity() -> None:
+    # `taskset -c 0 mirrorwatch-doctor`: the process may use one CPU, whatever the host has.
+    result = subprocess.run(
+        [sys.executable, "-c", PINNED_DOCTOR],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    (value,) = {c["value"] for c in json.loads(result.stdout)["checks"] if c["id"] == AFFINITY}
+    assert value == (
+        "32 of the simulated host's 32 CPUs are local to the GPU "
+        "(this process may use 1 CPU of this machine)"
+    )
+
+
+AFFINITY = "interconnect.cpu_affinity"
+PINNED_DOCTOR = (
+    "import os, sys\n"
+    "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+    "from mirrorwatch.doctor.cli import main\n"
+    "sys.exit(main(['--simulate', 'healthy', '--json']))\n"
+)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from demo.state import STATE_FILE, DemoState, StateError, fresh_folder, running_
 from demo.terminal import say
 from mirrorwatch.report import cli as report_cli
 from tests.e2e.drill import binary
-from tests.stack.test_demo import demo_command, free_addresses
+from tests.stack.test_demo import demo_command, free_addresses, refused
 
 WAIT_SECONDS = 60
 
@@ -119,16 +120,9 @@ def test_a_failed_restart_deletes_nothing(tmp_path: Path) -> None:
     for path in (report, log):
         path.parent.mkdir(parents=True)
         path.write_text("kept")
-    result = subprocess.run(
-        demo_command(free_addresses(), tmp_path, "--scenario=nosuch"),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = refused(free_addresses(), tmp_path, "--scenario=nosuch")
     assert result.returncode == 2
-    assert result.stderr.startswith("demo: --scenario: ")
+    assert result.stderr.startswith("make demo: SCENARIO: unknown scenario 'nosuch'")
     assert len(result.stderr.splitlines()) == 1
     assert report.read_text() == "kept"
     assert log.read_text() == "kept"
@@ -167,26 +161,40 @@ def _samples(prometheus: str, instance: str) -> float:
     return float(result[0]["value"][1]) if result else 0.0
 
 
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
 def test_make_report_and_the_ctrl_c_report_of_a_piped_demo(tmp_path: Path) -> None:
     binary("prometheus")
     binary("prometheus-alertmanager", "alertmanager")
     addresses = free_addresses()
     workdir = tmp_path / "demo"
-    process = subprocess.Popen(
-        demo_command(addresses, workdir, "--no-train", "--scenario=imbalance"),
+    log = tmp_path / "demo.log"
+    # `make demo 2>&1 | tee demo.log` in a terminal of its own: Ctrl-C reaches the whole group.
+    command = shlex.join(demo_command(addresses, workdir, "--no-train", "--scenario=imbalance"))
+    shell = subprocess.Popen(
+        ["sh", "-c", f"{command} 2>&1 | tee {shlex.quote(str(log))} >/dev/null"],
         cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
-    assert process.stdout is not None
+    demo_pid = 0
     try:
         deadline = time.monotonic() + WAIT_SECONDS
         while not (workdir / STATE_FILE).exists():
-            assert process.poll() is None, process.stdout.read()
+            assert shell.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the demo wrote no state file"
             time.sleep(0.2)
         state = running_demo(workdir)
+        demo_pid = state.pid
         assert state.instance == str(addresses["exporter"])
+        # Where the Ctrl-C report will be, said while the pipe still carries it.
+        page = Path(state.report_dir) / "report.html"
+        assert f"Ctrl-C writes the run report to {page} " in log.read_text()
         while _samples(state.prometheus, state.instance) < 3:
             assert time.monotonic() < deadline, "Prometheus scraped no exporter samples"
             time.sleep(1)
@@ -203,17 +211,28 @@ def test_make_report_and_the_ctrl_c_report_of_a_piped_demo(tmp_path: Path) -> No
         made_page = Path(made.stdout.split()[0])
         assert made_page.exists()
         assert made_page.parent != Path(state.report_dir)
-        page = Path(state.report_dir) / "report.html"
         assert not page.exists()
-        # `make demo | tee log` and Ctrl-C: tee goes first, so every later line hits EPIPE.
-        process.stdout.close()
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=120)
+        # Ctrl-C: tee dies with it, so every later line of the demo hits EPIPE.
+        os.killpg(shell.pid, signal.SIGINT)
+        shell.wait(timeout=120)
+        while not _gone(demo_pid):
+            assert time.monotonic() < deadline + 120, "the demo did not stop"
+            time.sleep(0.2)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 0
+        if shell.poll() is None or (demo_pid and not _gone(demo_pid)):
+            os.killpg(shell.pid, signal.SIGKILL)
+            shell.wait()
     assert page.exists(), "the Ctrl-C report was not written"
     assert made_page.exists(), "the Ctrl-C report replaced make report's"
     assert not (workdir / STATE_FILE).exists()
+    # The newest report, found again by `make last-report`.
+    last = subprocess.run(
+        [sys.executable, "-m", "demo.last_report", f"--workdir={workdir}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert last.stdout.splitlines()[0] == str(page)
+    assert last.stdout.splitlines()[1].startswith("top finding: ")
