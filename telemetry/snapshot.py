@@ -226,14 +226,12 @@ class SnapshotBuilder:
             self._refind_gpus()  # the job changed since (a model attached after the start)
         self._sample_memory()
         reading = self._meter.read()
-        counted = self._examples_counted()
+        counted = self._examples_counted()  # read after the meter: it may be steps ahead
         self._window_throughput(job, reading, counted)
         batch_size = job.global_batch_size
         examples_total = reading.examples_total
         if examples_total is None:
-            examples_total = counted
-        if examples_total is None:
-            examples_total = job.examples(reading.steps_total)
+            examples_total = _examples_of_counted_steps(counted, job.examples(reading.steps_total))
         loss = reading.loss if self._loss is None else self._loss()
         comm = self._comm.read() if self._comm is not None else None
         return TrainingSnapshot(
@@ -350,6 +348,21 @@ class SnapshotBuilder:
             baseline_examples_per_second=baseline,
             examples_per_second=throughput,
         )
+
+
+def _examples_of_counted_steps(counted: int | None, full_batches: int | None) -> int | None:
+    """The examples of the steps the meter counted, from the device's count of every step's
+    batch (``counted``) and what those steps hold as full batches (``full_batches``).
+
+    The device count is read after the meter, so it may include steps still in flight; it is
+    capped at the full batches of the counted steps. Both grow, so the smaller does too: the
+    counter never goes down. It is exact whenever no step is in flight (the final snapshot),
+    and in every snapshot of a run of full batches; after a short batch, one in flight may be
+    in it for a push, a batch at most.
+    """
+    if counted is None:
+        return full_batches
+    return counted if full_batches is None else min(counted, full_batches)
 
 
 def _measured_examples(job: Job, reading: MeterReading, counted: int | None) -> float | None:

@@ -173,7 +173,6 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
                 batch_size=(self.params or {}).get("batch_size"),
                 replicas_in_sync=tf_devices.replicas_in_sync(strategy),
             )
-            self._telemetry.start()
         except Exception as error:
             self._warn_once("on_train_begin", error)
         try:
@@ -181,6 +180,10 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
                 self._snapshots.count_examples_with(self._examples.read)
         except Exception as error:  # examples are then steps x the global batch
             self._warn_once("counting examples", error)
+        try:
+            self._telemetry.start()
+        except Exception as error:
+            self._warn_once("on_train_begin", error)
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         try:

@@ -96,11 +96,13 @@ def test_a_short_last_batch_counts_its_own_examples_and_epoch_counts_from_0(
     assert (final.steps_total, final.examples_total, final.epoch) == (16, 2000, 1)
 
 
-def test_a_short_last_batch_is_exact_under_steps_per_execution(tf: Any) -> None:
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_a_short_last_batch_is_exact_under_steps_per_execution(tf: Any, jit_compile: bool) -> None:
     # 100 examples at 16: six of 16 and one of 4 an epoch, in executions of 3, 3 and 1 steps.
     with recording_exporter() as exporter:
         callback = MirrorwatchCallback(url=exporter.url, run="short-spe", global_batch_size=16)
-        fit(tiny_model(steps_per_execution=3), [callback], epochs=2, examples=100)
+        model = tiny_model(steps_per_execution=3, jit_compile=jit_compile)  # XLA: as on GPUs
+        fit(model, [callback], epochs=2, examples=100)
     final = exporter.snapshots[-1]
     assert (final.steps_total, final.examples_total, final.epoch) == (14, 200, 1)
 

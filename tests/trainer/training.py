@@ -18,8 +18,11 @@ def data(seed: int = 0, examples: int = EXAMPLES) -> tuple[Any, Any]:
     return x, y
 
 
-def tiny_model(strategy: Any | None = None, steps_per_execution: int = 1) -> Any:
-    """Always the same weights: seeded before it is built."""
+def tiny_model(
+    strategy: Any | None = None, steps_per_execution: int = 1, jit_compile: bool | None = None
+) -> Any:
+    """Always the same weights: seeded before it is built. ``jit_compile``: XLA on or off, as
+    given; None leaves it to the Keras in use (tf_keras and Keras 3 default differently)."""
     from mirrorwatch.trainer.keras_api import keras
 
     keras.utils.set_random_seed(1)
@@ -37,6 +40,7 @@ def tiny_model(strategy: Any | None = None, steps_per_execution: int = 1) -> Any
             optimizer=keras.optimizers.SGD(0.05),
             loss="mse",
             steps_per_execution=steps_per_execution,
+            **({} if jit_compile is None else {"jit_compile": jit_compile}),
         )
         return model
 
