@@ -59,7 +59,11 @@ ALERT_GROUPS: dict[str, Sequence[AlertModule]] = {
     "mirrorwatch.training": (training.alerts,),
     "mirrorwatch.exporter": (exporter.alerts,),
 }
-
+# Every alert that pages (severity critical: an XID, a lost or missing GPU, a hang) is taken
+# out of its area's group into this one. Prometheus and vmalert evaluate the rules of a group
+# one after another and the groups side by side, so a slow group (the causes over every GPU
+# of a large fleet, docs/scale.md) can delay or skip its own evaluations, never these.
+CRITICAL_GROUP = "mirrorwatch.critical"
 Rule = dict[str, object]
 
 
@@ -123,9 +127,13 @@ def build(t: Thresholds) -> dict[str, object]:
             ],
         }
     ]
+    critical: list[Rule] = []
     for name, modules in ALERT_GROUPS.items():
-        rules = [alerting_rule(a, t) for module in modules for a in module(t)]
+        alerts = [a for module in modules for a in module(t)]
+        critical += [alerting_rule(a, t) for a in alerts if a.severity == "critical"]
+        rules = [alerting_rule(a, t) for a in alerts if a.severity != "critical"]
         groups.append({"name": name, "rules": rules})
+    groups.insert(1, {"name": CRITICAL_GROUP, "rules": critical})
     return {"groups": groups}
 
 

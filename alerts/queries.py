@@ -82,13 +82,17 @@ RUN_SPREAD = "run:mirrorwatch_gpu_utilization_ratio:spread1m"
 RUN_GPU_DEVIATION = "run_gpu:mirrorwatch_gpu_utilization_ratio:deviation1m"
 HOST_SPREAD = "instance:mirrorwatch_gpu_utilization_ratio:spread1m"
 THROTTLE = "instance_gpu:mirrorwatch_gpu_throttle_seconds:rate5m"
-# Per GPU: the share of the last minute it was throttled for heat (GpuThermalThrottling).
+# Per GPU: the share of the last minute it was throttled for heat (GpuThermalThrottling), the
+# mean of THERMAL_NOW's evaluations in it.
 THERMAL_MINUTE = "instance_gpu:mirrorwatch_gpu_thermal_throttle:ratio1m"
-# The per-minute shares ride out a scrape gap this long, and are read each second of the minute:
-# a share that moves smoothly (1/60 a second), not in steps of a scrape, so that Prometheus and
-# vmalert, evaluating a moment apart, agree on it (tests/fleet/test_loopback.py).
+# Per GPU, at each evaluation: the share of time it has been throttled for heat since the
+# scrape before, riding out a scrape gap this long (queries.throttled_share_now).
+THERMAL_NOW = "instance_gpu:mirrorwatch_gpu_thermal_throttle:ratio"
 GAP_BRIDGED = "2m"
-SHARE_STEP = "1s"
+# The minute THERMAL_MINUTE averages over: 59 s, so that it holds the same four evaluations of
+# THERMAL_NOW at a 15 s interval in Prometheus 2 (whose ranges include their start) as in
+# VictoriaMetrics (whose ranges do not).
+SHARE_WINDOW = "59s"
 THROUGHPUT = "instance_run:mirrorwatch_training_examples_per_second:sum"
 THROUGHPUT_BASELINE = "instance_run:mirrorwatch_training_examples_per_second:median1h"
 GPU_SM_ACTIVITY = "instance_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m"
@@ -141,28 +145,40 @@ def throttled_share(violation: str, clock_reasons: Sequence[str]) -> str:
     )
 
 
-def throttled_share_of_minute(violation: str, clock_reasons: Sequence[str]) -> str:
-    """The share of the last minute each GPU was held back for one cause, by the same two
-    sources as ``throttled_share``: the mean of their readings at every SHARE_STEP of it.
+def throttled_share_now(violation: str, clock_reasons: Sequence[str]) -> str:
+    """The share of time each GPU has been held back for one cause since the scrape before, by
+    the same two sources as ``throttled_share``: recorded at every evaluation (THERMAL_NOW), so
+    that the share of a minute is the mean of the recorded series over it, at the scrape's
+    resolution, rather than a subquery evaluating this at every second of the minute (61
+    evaluations per GPU per rule evaluation; docs/scale.md).
 
     The counter's irate() is the rate between its last two samples: across a scrape gap of up
     to GAP_BRIDGED it is the true rate over the gap, where increase() over a minute that starts
     in the gap extrapolates from its few samples and reads a fraction of the real share (and a
     minute without samples reads nothing at all, restarting the alert's `for`). The clock
-    events carry their last reading across the same gap. Capped at 1: the driver's counter
-    may step by a little more than the time between two scrapes. Rounded to 0.01 percentage
-    points like the spreads, so that 5% of a minute meets a 0.05 threshold.
+    events carry their last reading across the same gap, on a GPU without the counter only: a
+    counter with one sample yet (no rate) gives no share at all rather than the clock events'
+    one, so that the minute's mean is the counter's alone, as where the counter has a rate.
+    Capped at 1: the driver's counter may step by a little more than the time between two
+    scrapes.
     """
     counter = RULES("mirrorwatch_gpu_throttle_seconds_total", f'reason="{violation}"')
     clocks = RULES("mirrorwatch_gpu_clocks_event_active", reasons(clock_reasons))
-    per_minute = f"[1m:{SHARE_STEP}]"
     return (
-        f"round(\n  clamp_max(\n    max by ({GPU_KEY}) (\n"
-        f"      avg_over_time(irate({counter}[{GAP_BRIDGED}]){per_minute})\n"
-        f"      or on ({GPU_KEY})\n"
-        f"      avg_over_time(last_over_time({clocks}[{GAP_BRIDGED}]){per_minute})\n"
-        "    ),\n    1\n  ),\n  0.0001\n)"
+        f"clamp_max(\n  max by ({GPU_KEY}) (\n"
+        f"    irate({counter}[{GAP_BRIDGED}])\n"
+        f"    or on ({GPU_KEY})\n"
+        f"    (\n      last_over_time({clocks}[{GAP_BRIDGED}])\n"
+        f"      unless on ({GPU_KEY}) last_over_time({counter}[{GAP_BRIDGED}])\n    )\n"
+        "  ),\n  1\n)"
     )
+
+
+def throttled_share_of_minute(now: str) -> str:
+    """The share of the last minute each GPU was held back, from the recorded share ``now``
+    (``throttled_share_now``): rounded to 0.01 percentage points like the spreads, so that 5%
+    of a minute meets a 0.05 threshold."""
+    return f"round(avg_over_time({now}[{SHARE_WINDOW}]), 0.0001)"
 
 
 # --- generic shapes -----------------------------------------------------------------------------

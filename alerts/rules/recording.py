@@ -99,7 +99,8 @@ def rules(t: Thresholds) -> list[Record]:
         Record(q.THROTTLE, q.throttle_share_of_window(q.RULES, "5m", 300)),
         # Minute by minute, so that "throttled for heat in each of the last five minutes" can
         # be asked: a 5-minute mean is above 0 for five minutes after any one-minute blip.
-        Record(q.THERMAL_MINUTE, q.throttled_share_of_minute("thermal", q.THERMAL_REASONS)),
+        Record(q.THERMAL_NOW, q.throttled_share_now("thermal", q.THERMAL_REASONS)),
+        Record(q.THERMAL_MINUTE, q.throttled_share_of_minute(q.THERMAL_NOW)),
         Record(
             q.THROUGHPUT,
             """
