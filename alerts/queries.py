@@ -93,6 +93,12 @@ GAP_BRIDGED = "2m"
 # THERMAL_NOW at a 15 s interval in Prometheus 2 (whose ranges include their start) as in
 # VictoriaMetrics (whose ranges do not).
 SHARE_WINDOW = "59s"
+# Per GPU and link: its replay, recovery and CRC error counters added up, recorded at every
+# evaluation (the scrape's resolution), so that GpuNvlinkErrors takes the 10-minute increase of
+# one series per link rather than of one per link and error type (4 times as many samples).
+# The four counters of a link are the driver's and reset together, with the driver: their sum
+# is a counter too.
+NVLINK_ERRORS = "instance_gpu_link:mirrorwatch_gpu_nvlink_errors_total:sum"
 THROUGHPUT = "instance_run:mirrorwatch_training_examples_per_second:sum"
 THROUGHPUT_BASELINE = "instance_run:mirrorwatch_training_examples_per_second:median1h"
 GPU_SM_ACTIVITY = "instance_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m"

@@ -223,7 +223,7 @@ def dashboard_panels(
     return sorted(measured, key=lambda p: -float(p["seconds_sum_of_medians"]))
 
 
-def rule_times(url: str, evaluator: str, top: int = 8) -> list[dict[str, Any]]:
+def rule_times(url: str, evaluator: str, top: int = 25) -> list[dict[str, Any]]:
     """The slowest rules of their last evaluation, from `evaluationTime` of the evaluator's
     Prometheus-compatible /api/v1/rules (Prometheus and vmalert both serve it)."""
     body = httpx.get(f"{url}/api/v1/rules", timeout=30).json()

@@ -102,6 +102,10 @@ def rules(t: Thresholds) -> list[Record]:
         Record(q.THERMAL_NOW, q.throttled_share_now("thermal", q.THERMAL_REASONS)),
         Record(q.THERMAL_MINUTE, q.throttled_share_of_minute(q.THERMAL_NOW)),
         Record(
+            q.NVLINK_ERRORS,
+            "sum by («GPU_KEY», link) (mirrorwatch_gpu_nvlink_errors_total)",
+        ),
+        Record(
             q.THROUGHPUT,
             """
             sum by («RUN_KEY») (
