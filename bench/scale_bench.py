@@ -164,9 +164,15 @@ def time_query(url: str, path: str, params: Mapping[str, str]) -> tuple[float, i
     series = 0
     for _ in range(QUERY_REPEATS):
         started = time.perf_counter()
-        response = httpx.get(f"{url}{path}", params={**params, "nocache": "1"}, timeout=120)
+        try:
+            response = httpx.get(f"{url}{path}", params={**params, "nocache": "1"}, timeout=120)
+        except httpx.HTTPError as error:
+            raise QueryFailedError(f"{type(error).__name__}: {error}") from None
         times.append(time.perf_counter() - started)
-        body = response.json()
+        try:
+            body = response.json()
+        except ValueError:
+            raise QueryFailedError(f"HTTP {response.status_code}: {response.text[:300]}") from None
         if body.get("status") != "success":
             raise QueryFailedError(str(body.get("error", body))[:300])
         series = len(body["data"]["result"])
