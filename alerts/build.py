@@ -48,6 +48,17 @@ HEADER = """\
 # and the rules in alerts/rules/. Do not edit by hand: change those, then run `make alerts`.
 """
 
+RecordModule = Callable[[Thresholds], list[Record]]
+# Recording group -> the area modules whose rules it records, in order. A rule reads what an
+# earlier rule of its group recorded at the same evaluation (Prometheus commits each rule's
+# samples before the next), and another group's latest results, at most an interval old. Split
+# so that no group's evaluation takes more than a tenth of the interval at 4,096 GPUs
+# (docs/scale.md): the costs read the causes of the evaluation before.
+RECORDING_GROUPS: dict[str, Sequence[RecordModule]] = {
+    "mirrorwatch.recording": (recording.rules,),
+    "mirrorwatch.causes": (causes.rules,),
+    "mirrorwatch.costs": (costs.rules,),
+}
 AlertModule = Callable[[Thresholds], list[Alert]]
 # Rule group -> the area modules whose alerts it holds, in order.
 ALERT_GROUPS: dict[str, Sequence[AlertModule]] = {
@@ -60,7 +71,11 @@ ALERT_GROUPS: dict[str, Sequence[AlertModule]] = {
     "mirrorwatch.training": (training.alerts,),
     "mirrorwatch.exporter": (exporter.alerts,),
 }
-
+# Every alert that pages (severity critical: an XID, a lost or missing GPU, a hang) is taken
+# out of its area's group into this one. Prometheus and vmalert evaluate the rules of a group
+# one after another and the groups side by side, so a slow group (the causes over every GPU
+# of a large fleet, docs/scale.md) can delay or skip its own evaluations, never these.
+CRITICAL_GROUP = "mirrorwatch.critical"
 Rule = dict[str, object]
 
 
@@ -116,17 +131,16 @@ def alerting_rule(alert: Alert, t: Thresholds) -> Rule:
 
 def build(t: Thresholds) -> dict[str, object]:
     groups: list[dict[str, object]] = [
-        {
-            "name": "mirrorwatch.recording",
-            "rules": [
-                recording_rule(r, t)
-                for r in (*recording.rules(t), *causes.rules(t), *costs.rules(t))
-            ],
-        }
+        {"name": name, "rules": [recording_rule(r, t) for module in modules for r in module(t)]}
+        for name, modules in RECORDING_GROUPS.items()
     ]
+    critical: list[Rule] = []
     for name, modules in ALERT_GROUPS.items():
-        rules = [alerting_rule(a, t) for module in modules for a in module(t)]
+        alerts = [a for module in modules for a in module(t)]
+        critical += [alerting_rule(a, t) for a in alerts if a.severity == "critical"]
+        rules = [alerting_rule(a, t) for a in alerts if a.severity != "critical"]
         groups.append({"name": name, "rules": rules})
+    groups.insert(len(RECORDING_GROUPS), {"name": CRITICAL_GROUP, "rules": critical})
     return {"groups": groups}
 
 

@@ -96,9 +96,17 @@ THROTTLE = "instance_gpu:mirrorwatch_gpu_throttle_seconds:rate5m"
 THERMAL_MINUTE = "instance_gpu:mirrorwatch_gpu_thermal_throttle:ratio1m"
 # The per-minute shares ride out a scrape gap this long, and are read each second of the minute:
 # a share that moves smoothly (1/60 a second), not in steps of a scrape, so that Prometheus and
-# vmalert, evaluating a moment apart, agree on it (tests/fleet/test_loopback.py).
+# vmalert, evaluating a moment apart, agree on it (tests/fleet/test_loopback.py). A recorded
+# share averaged over the minute was tried for scale (docs/scale.md) and is not the same: the
+# two stores hold different samples of a recorded series in the window while it fills or lags.
 GAP_BRIDGED = "2m"
 SHARE_STEP = "1s"
+# Per GPU and link: its replay, recovery and CRC error counters added up, recorded at every
+# evaluation (the scrape's resolution), so that GpuNvlinkErrors takes the 10-minute increase of
+# one series per link rather than of one per link and error type (4 times as many samples).
+# The four counters of a link are the driver's and reset together, with the driver: their sum
+# is a counter too.
+NVLINK_ERRORS = "instance_gpu_link:mirrorwatch_gpu_nvlink_errors_total:sum"
 THROUGHPUT = "instance_run:mirrorwatch_training_examples_per_second:sum"
 THROUGHPUT_BASELINE = "instance_run:mirrorwatch_training_examples_per_second:median1h"
 GPU_SM_ACTIVITY = "instance_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m"

@@ -1,22 +1,29 @@
-"""Scale benchmark: 64 simulated GPU hosts x 8 GPUs (512 GPUs) into the central store.
+"""Scale benchmark: simulated GPU hosts (64 x 8 or 64 x 64 GPUs) into the central store.
 
-What runs (all real binaries, Debian's): `--exporters` simulated exporters with `--gpus 8`,
-each scraped as 64 / exporters hosts (targets with their own `host`, `instance` and the
-`cluster` label, as 64 per-host agents would write them); one vmagent scraping the 64 targets
+What runs (all real binaries, Debian's): `--exporters` simulated exporters of `--gpus-per-host`
+GPUs (8 by default), each scraped as hosts / exporters hosts (targets with their own `host`,
+`instance` and the `cluster` label, as per-host agents would write them); one vmagent scraping
+the targets
 every 15 s (deploy/fleet/vmagent/scrape.yml's interval) and remote-writing to VictoriaMetrics
 single-node and, unless --no-prometheus, to a Prometheus with the remote-write receiver;
 vmalert evaluating the production rules (alerts/mirrorwatch.rules.yml, every 15 s) against
-VictoriaMetrics, the Prometheus evaluating the same file. After --warmup seconds, the steady
-window of --seconds is measured:
+VictoriaMetrics, the Prometheus evaluating the same file (--rules: another rule file, e.g.
+an older one to compare). Every host's GPUs train (bench/scale_training.py: runs of
+--hosts-per-run hosts, every GPU a replica; --no-training: idle hosts). After --warmup seconds,
+the steady window of --seconds is measured:
 
-- active series at the store, per GPU and per host; samples/s ingested;
-- rule evaluation time per group (vmalert; Prometheus for comparison);
-- the query time of every Fleet dashboard panel as Grafana asks it (tables: instant queries;
+- active series at the store, per GPU and per host; samples/s ingested; bytes per sample;
+- every rule group's evaluations, mean and max seconds, and missed iterations, on vmalert and
+  on Prometheus (bench/scale_rules.py);
+- the query time of every panel of the Fleet dashboard (all hosts) and of the Training balance
+  and GPU host dashboards (one host, its run) as Grafana asks them (tables: instant queries;
   graphs: range queries over the run at a 15 s step), the heaviest named;
-- RSS and CPU time of every process.
+- RSS and CPU time of every process; the load average before and after the window.
 
-    python bench/scale_bench.py --out bench/results/scale.json
-    python bench/scale_bench.py --seconds 60 --warmup 60 --out /tmp/scale.json   # a trial
+    python bench/scale_bench.py --out bench/results/scale.json                      # 512 GPUs
+    python bench/scale_bench.py --hosts 64 --exporters 64 --gpus-per-host 64 \
+      --out bench/results/scale-4096.json                                           # 4,096 GPUs
+    python bench/scale_bench.py --seconds 60 --warmup 60 --out /tmp/scale.json      # a trial
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.machine import machine
+from bench.scale_rules import GroupTimes
+from bench.scale_training import TrainingLoad, workers
 from demo.processes import Process, Processes
 from demo.stack import REPO, write_yaml
 from mirrorwatch.contract.vocabulary import Address
@@ -58,7 +67,7 @@ CLUSTER = "bench"
 SCRAPE_INTERVAL = "15s"
 EVALUATION_INTERVAL = "15s"
 RULES = REPO / "alerts" / "mirrorwatch.rules.yml"
-QUERY_REPEATS = 5
+QUERY_REPEATS = 3
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -137,12 +146,16 @@ def total(metrics: Mapping[str, float], name: str, **labels: str) -> float:
     )
 
 
-def group_names(metrics: Mapping[str, float], name: str, label: str) -> list[str]:
-    found = set()
-    for key in metrics:
-        if key.startswith(name + "{") and f'{label}="' in key:
-            found.add(key.split(f'{label}="', 1)[1].split('"', 1)[0])
-    return sorted(found)
+class QueryFailedError(Exception):
+    """The store refused a query (a limit it enforces, a timeout): what it said."""
+
+
+def series_by_name(url: str) -> dict[str, int]:
+    """Series per metric name in the store's index today (VictoriaMetrics' /api/v1/status/tsdb,
+    which counts past -search.maxUniqueTimeseries, where a count() query over them fails)."""
+    body = httpx.get(f"{url}/api/v1/status/tsdb", params={"topN": "100000"}, timeout=120).json()
+    counts = {row["name"]: int(row["value"]) for row in body["data"]["seriesCountByMetricName"]}
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
 def time_query(url: str, path: str, params: Mapping[str, str]) -> tuple[float, int]:
@@ -151,51 +164,72 @@ def time_query(url: str, path: str, params: Mapping[str, str]) -> tuple[float, i
     series = 0
     for _ in range(QUERY_REPEATS):
         started = time.perf_counter()
-        response = httpx.get(f"{url}{path}", params={**params, "nocache": "1"}, timeout=120)
+        try:
+            response = httpx.get(f"{url}{path}", params={**params, "nocache": "1"}, timeout=120)
+        except httpx.HTTPError as error:
+            raise QueryFailedError(f"{type(error).__name__}: {error}") from None
         times.append(time.perf_counter() - started)
-        body = response.json()
-        assert body["status"] == "success", body
+        try:
+            body = response.json()
+        except ValueError:
+            raise QueryFailedError(f"HTTP {response.status_code}: {response.text[:300]}") from None
+        if body.get("status") != "success":
+            raise QueryFailedError(str(body.get("error", body))[:300])
         series = len(body["data"]["result"])
     return statistics.median(times), series
 
 
-def fleet_panels(url: str, start: float, end: float) -> list[dict[str, Any]]:
-    (dashboard,) = (d for d in load_dashboards().values() if d["title"] == "Fleet")
+def dashboard_panels(
+    url: str, title: str, selected: Mapping[str, str], start: float, end: float
+) -> list[dict[str, Any]]:
+    """Every panel of the dashboard ``title`` timed with the variables ``selected`` (the rest
+    at All), heaviest first."""
+    (dashboard,) = (d for d in load_dashboards().values() if d["title"] == title)
     variables = {
-        "job": ".*",
-        "instance": ".*",
-        "gpu": ".*",
-        "run": ".*",
+        "job": ".+",
+        "host": ".*",
+        "instance": ".+",
+        "gpu": ".+",
+        "run": ".+",
         "datasource": "prometheus",
         # Grafana's $__rate_interval for a 15 s data source interval: 4 x 15 s.
         "__rate_interval": "1m",
+        "__rate_interval_ms": "60000",
+        **selected,
     }
     measured = []
     for panel in panels(dashboard):
         seconds = 0.0
         series = 0
+        errors = []
         for target in panel.get("targets", []):
             expr = expand(target["expr"], variables)
-            if target.get("instant"):
-                took, found = time_query(url, "/api/v1/query", {"query": expr, "time": f"{end}"})
-            else:
-                params = {"query": expr, "start": f"{start}", "end": f"{end}", "step": "15"}
-                took, found = time_query(url, "/api/v1/query_range", params)
+            try:
+                if target.get("instant"):
+                    params = {"query": expr, "time": f"{end}"}
+                    took, found = time_query(url, "/api/v1/query", params)
+                else:
+                    params = {"query": expr, "start": f"{start}", "end": f"{end}", "step": "15"}
+                    took, found = time_query(url, "/api/v1/query_range", params)
+            except QueryFailedError as error:
+                errors.append(f"{target.get('refId')}: {error}")
+                continue
             seconds += took
             series += found
         if panel.get("targets"):
-            measured.append(
-                {
-                    "panel": panel["title"],
-                    "queries": len(panel["targets"]),
-                    "seconds_sum_of_medians": round(seconds, 4),
-                    "series_returned": series,
-                }
-            )
+            row: dict[str, Any] = {
+                "panel": panel["title"],
+                "queries": len(panel["targets"]),
+                "seconds_sum_of_medians": round(seconds, 4),
+                "series_returned": series,
+            }
+            if errors:
+                row["errors"] = errors
+            measured.append(row)
     return sorted(measured, key=lambda p: -float(p["seconds_sum_of_medians"]))
 
 
-def rule_times(url: str, evaluator: str, top: int = 8) -> list[dict[str, Any]]:
+def rule_times(url: str, evaluator: str, top: int = 25) -> list[dict[str, Any]]:
     """The slowest rules of their last evaluation, from `evaluationTime` of the evaluator's
     Prometheus-compatible /api/v1/rules (Prometheus and vmalert both serve it)."""
     body = httpx.get(f"{url}/api/v1/rules", timeout=30).json()
@@ -218,6 +252,11 @@ def rule_times(url: str, evaluator: str, top: int = 8) -> list[dict[str, Any]]:
 # --- the run ----------------------------------------------------------------------------------
 
 
+def load_average() -> dict[str, float]:
+    one, five, fifteen = os.getloadavg()
+    return {"1m": round(one, 2), "5m": round(five, 2), "15m": round(fifteen, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench/results/scale.json"))
@@ -227,9 +266,21 @@ def main() -> None:
     parser.add_argument("--exporters", type=int, default=HOSTS)
     parser.add_argument("--warmup", type=float, default=120.0)
     parser.add_argument("--seconds", type=float, default=240.0)
+    parser.add_argument("--gpus-per-host", type=int, default=GPUS_PER_HOST)
+    parser.add_argument("--hosts-per-run", type=int, default=8)
+    parser.add_argument("--no-training", action="store_true")
+    parser.add_argument("--rules", type=Path, default=RULES)
     parser.add_argument("--no-prometheus", action="store_true")
+    # The dashboards ask the central store, VictoriaMetrics (docs/fleet.md); the comparison
+    # Prometheus too with this (twice the time after the window).
+    parser.add_argument("--dashboards-on-prometheus", action="store_true")
     parser.add_argument("--workdir", type=Path, default=Path("build/scale-bench"))
     args = parser.parse_args()
+    if not 1 <= args.gpus_per_host <= 64:
+        parser.error(f"--gpus-per-host {args.gpus_per_host}: the exporter simulates 1..64 GPUs")
+    rules: Path = args.rules.resolve()
+    if not rules.is_file():
+        parser.error(f"--rules {args.rules}: no such file")
     workdir: Path = args.workdir.resolve()
     if workdir.exists():
         shutil.rmtree(workdir)
@@ -247,7 +298,7 @@ def main() -> None:
         )
         if not args.no_prometheus:
             started["prometheus (central, comparison)"] = processes.start(
-                central_prometheus_process(workdir, RULES, prometheus, EVALUATION_INTERVAL),
+                central_prometheus_process(workdir, rules, prometheus, EVALUATION_INTERVAL),
                 f"{prometheus.url}/-/ready",
             )
         for i in range(args.exporters):
@@ -256,7 +307,7 @@ def main() -> None:
                 workdir,
                 f"exporter-{i}",
                 "healthy",
-                ["--gpus", str(GPUS_PER_HOST), "--log-level", "warning"],
+                ["--gpus", str(args.gpus_per_host), "--log-level", "warning"],
             )
             exporters.append(address)
             started[process.name] = process
@@ -280,19 +331,28 @@ def main() -> None:
         # No Alertmanager: nothing fires on healthy hosts but Watchdog, and its delivery is
         # not what is measured; vmalert only logs that it cannot send.
         started["vmalert"] = processes.start(
-            vmalert_process(workdir, RULES, store, alertmanager, vmalert, EVALUATION_INTERVAL),
+            vmalert_process(workdir, rules, store, alertmanager, vmalert, EVALUATION_INTERVAL),
             f"{vmalert.url}/health",
         )
+        training = None
+        if not args.no_training:
+            training = TrainingLoad(workers(exporters, args.hosts_per_run))
+            training.start()
         print(f"warming up {args.warmup:.0f} s", flush=True)
         time.sleep(args.warmup)
 
         cpu_before = {name: cpu_seconds(p.pid or 0) for name, p in started.items()}
-        vm_before, vmalert_before = own_metrics(store.url), own_metrics(vmalert.url)
+        vm_before = own_metrics(store.url)
+        load_before = load_average()
+        group_times = GroupTimes(vmalert.url, None if args.no_prometheus else prometheus.url)
+        group_times.start()
         window_start = time.time()
         print(f"measuring {args.seconds:.0f} s", flush=True)
         time.sleep(args.seconds)
         window = time.time() - window_start
-        vm_after, vmalert_after = own_metrics(store.url), own_metrics(vmalert.url)
+        group_times.stop()
+        load_after = load_average()
+        vm_after = own_metrics(store.url)
         cpu_after = {name: cpu_seconds(p.pid or 0) for name, p in started.items()}
         memory = {name: rss_bytes(p.pid or 0) for name, p in started.items()}
         for name, process in started.items():
@@ -301,48 +361,22 @@ def main() -> None:
         rows = "vm_rows_added_to_storage_total"
         samples_per_second = (total(vm_after, rows) - total(vm_before, rows)) / window
         active = total(vm_after, "vm_cache_entries", type="storage/hour_metric_ids")
-        gpu_series = scalar(store.url, 'count({__name__=~"mirrorwatch_gpu_.+"})')
-        all_series = scalar(store.url, 'count({__name__=~".+"})')
-        recorded = scalar(store.url, 'count({__name__=~".+:.+"})')
+        series_by_metric = series_by_name(store.url)
+        all_series = sum(series_by_metric.values())
+        gpu_series = sum(n for k, n in series_by_metric.items() if k.startswith("mirrorwatch_gpu_"))
+        recorded = sum(n for k, n in series_by_metric.items() if ":" in k)
+        training_series = sum(
+            n for k, n in series_by_metric.items() if k.startswith("mirrorwatch_training_")
+        )
         up_targets = scalar(store.url, 'count(up{job="mirrorwatch"} == 1)')
         gpus = scalar(store.url, 'count(mirrorwatch_gpu_info{job="mirrorwatch"})')
-
-        by_metric = httpx.get(
-            f"{store.url}/api/v1/query",
-            params={"query": 'count by (__name__) ({__name__=~"mirrorwatch_.+"})', "nocache": "1"},
-            timeout=60,
-        ).json()["data"]["result"]
-        series_by_metric = dict(
-            sorted(
-                ((r["metric"]["__name__"], int(r["value"][1])) for r in by_metric),
-                key=lambda item: -item[1],
-            )
-        )
         stored_bytes = total(vm_after, "vm_data_size_bytes")
         stored_rows = total(vm_after, "vm_rows")
 
-        groups = {}
-        name = "vmalert_iteration_duration_seconds"
-        for group in group_names(vmalert_after, f"{name}_count", "group"):
-            count = total(vmalert_after, f"{name}_count", group=group) - total(
-                vmalert_before, f"{name}_count", group=group
-            )
-            seconds = total(vmalert_after, f"{name}_sum", group=group) - total(
-                vmalert_before, f"{name}_sum", group=group
-            )
-            groups[group] = {
-                "evaluations": int(count),
-                "mean_seconds": round(seconds / count, 4) if count else None,
-            }
-        prometheus_groups = {}
+        evaluations = group_times.summary()
         prometheus_series = None
         if not args.no_prometheus:
-            prom = own_metrics(prometheus.url)
-            prometheus_series = total(prom, "prometheus_tsdb_head_series")
-            for key, value in prom.items():
-                if key.startswith("prometheus_rule_group_last_duration_seconds{"):
-                    group = key.split('rule_group="', 1)[1].split('"', 1)[0].rsplit(";", 1)[-1]
-                    prometheus_groups[group] = {"last_seconds": round(value, 4)}
+            prometheus_series = total(own_metrics(prometheus.url), "prometheus_tsdb_head_series")
 
         slowest_rules = rule_times(vmalert.url, "vmalert")
         if not args.no_prometheus:
@@ -350,20 +384,50 @@ def main() -> None:
 
         end = time.time()
         start = max(end - 3600, window_start - args.warmup)
-        panel_times = fleet_panels(store.url, start, end)
+        one_host = {"host": "host-00", "instance": "host-00"}
+        if training is not None:
+            one_host["run"] = "scale-0"
+        dashboards = {
+            "fleet": dashboard_panels(store.url, "Fleet", {}, start, end),
+            "training_balance_one_host": dashboard_panels(
+                store.url, "Training balance", one_host, start, end
+            ),
+            "gpu_host_one_host": dashboard_panels(store.url, "GPU host", one_host, start, end),
+        }
+        if args.dashboards_on_prometheus and not args.no_prometheus:
+            dashboards["fleet_on_prometheus"] = dashboard_panels(
+                prometheus.url, "Fleet", {}, start, end
+            )
+            dashboards["training_balance_one_host_on_prometheus"] = dashboard_panels(
+                prometheus.url, "Training balance", one_host, start, end
+            )
+            dashboards["gpu_host_one_host_on_prometheus"] = dashboard_panels(
+                prometheus.url, "GPU host", one_host, start, end
+            )
+        if training is not None:
+            training.stop()
+            assert not training.rejected, f"pushes refused: {training.rejected}"
         disk = sum(f.stat().st_size for f in (workdir / "vm-data").rglob("*") if f.is_file())
 
     report = {
-        "benchmark": f"scale: {args.hosts} simulated GPU hosts x {GPUS_PER_HOST} GPUs into "
+        "benchmark": f"scale: {args.hosts} simulated GPU hosts x {args.gpus_per_host} GPUs into "
         "VictoriaMetrics single-node, rules by vmalert (bench/scale_bench.py; docs/scale.md)",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
             **machine(),
             "note": "shared with other jobs while measured: CPU figures are upper bounds",
+            "load_average_before_window": load_before,
+            "load_average_after_window": load_after,
         },
         "setup": {
             "hosts": args.hosts,
-            "gpus_per_host": GPUS_PER_HOST,
+            "gpus_per_host": args.gpus_per_host,
+            "gpus": args.hosts * args.gpus_per_host,
+            "rules": str(args.rules),
+            "training": None
+            if training is None
+            else f"every GPU a replica; runs of {args.hosts_per_run} hosts; "
+            f"workers of up to 16 replicas pushing every 15 s",
             "exporter_processes": args.exporters,
             "targets_per_exporter": args.hosts / args.exporters,
             "scenario": "healthy",
@@ -384,8 +448,11 @@ def main() -> None:
             "series_gpu_metrics": gpu_series,
             "series_recording_rules": recorded,
             "series_per_gpu": round(gpu_series / gpus, 1) if gpus else None,
+            "series_training": training_series,
+            "series_training_per_gpu": round(training_series / gpus, 1) if gpus else None,
+            "series_recording_rules_per_gpu": round(recorded / gpus, 1) if gpus else None,
             "series_per_host_not_per_gpu": round(
-                (all_series - gpu_series - recorded) / args.hosts, 1
+                (all_series - gpu_series - recorded - training_series) / args.hosts, 1
             ),
             "samples_per_second": round(samples_per_second, 1),
             "disk_bytes_after_run": disk,
@@ -396,11 +463,11 @@ def main() -> None:
             else None,
             "series_by_metric": series_by_metric,
         },
-        "rule_evaluation_vmalert": groups,
-        "rule_evaluation_prometheus": prometheus_groups,
+        "rule_evaluation_vmalert": evaluations["vmalert"],
+        "rule_evaluation_prometheus": evaluations.get("prometheus", {}),
         "prometheus_head_series": prometheus_series,
         "slowest_rules_last_evaluation": slowest_rules,
-        "fleet_dashboard_panels": panel_times,
+        "dashboard_panels": dashboards,
         "processes": {
             name: {
                 **memory[name],
@@ -412,7 +479,9 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(report["store"], indent=2))
-    print(json.dumps(panel_times[:3], indent=2))
+    print(json.dumps({"vmalert": evaluations["vmalert"]}, indent=2))
+    print(json.dumps({"prometheus": evaluations.get("prometheus")}, indent=2))
+    print(json.dumps({name: panels[:2] for name, panels in dashboards.items()}, indent=2))
     print(f"written to {args.out}")
 
 

@@ -118,7 +118,11 @@ def interconnect(members: str, key: str) -> str:
     GPUs is worse than their peers': across CPU sockets, or without NVLink where another GPU
     of the group has it. The value is how many of the group's GPUs it reaches without NVLink.
 
-    A GPU's peers are the group's GPUs on its host, by NVML index (peer_gpu)."""
+    A GPU's peers are the group's GPUs on its host, by NVML index (peer_gpu). Only the pairs
+    not joined by NVLink are read (`p2p_link_info` has a series per pair, n·(n-1) on a host of
+    n GPUs: 258,048 at 64 hosts of 64, docs/scale.md): that a GPU reaches none of its peers
+    over NVLink is that all of them are among those pairs, since the exporter lists every
+    peer of the host, and another GPU of the group has NVLink where not all of its are."""
     links = dedent(
         """
         mirrorwatch_gpu_p2p_link_info{link«link»}
@@ -134,6 +138,19 @@ def interconnect(members: str, key: str) -> str:
         return fill(f"count by ({by}) (\n  «links»\n)", {**parts, "links": links})
 
     slow = count(GPU_KEY, '!="nvlink"')
+    peers = fill(
+        "(count by («target») (max by («target», gpu) («members»)) - 1)",
+        {"target": TARGET_KEY, "members": members},
+    )
+    # Every peer of the group reached without NVLink.
+    no_nvlink = fill(
+        "(\n  «slow»\n  == on («target») group_left ()\n  «peers»\n)",
+        {"slow": slow, "target": TARGET_KEY, "peers": peers},
+    )
+    some_nvlink = fill(
+        "count by («key») (\n  max by («gpu») («members»)\n  unless on («gpu») «no_nvlink»\n)",
+        {"key": key, "gpu": GPU_KEY, "members": members, "no_nvlink": no_nvlink},
+    )
     return fill(
         dedent(
             """
@@ -144,19 +161,20 @@ def interconnect(members: str, key: str) -> str:
             )
             or
             (
-              «slow»
-              unless on («gpu»)
-              «nvlink»
+              «no_nvlink»
               and on («key»)
-              «group_nvlink»
+              («peers» > 0)
+              and on («key»)
+              «some_nvlink»
             )
             """
         ),
         {
             "slow": slow,
             "cross": count(GPU_KEY, '="cross_numa"'),
-            "nvlink": count(GPU_KEY, '="nvlink"'),
-            "group_nvlink": count(key, '="nvlink"'),
+            "no_nvlink": no_nvlink,
+            "peers": peers,
+            "some_nvlink": some_nvlink,
             "gpu": GPU_KEY,
             "key": key,
         },

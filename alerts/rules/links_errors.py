@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.fragments import Fragment
 from mirrorwatch.alerts.rules import Alert, Severity
 from mirrorwatch.alerts.templates import gpu_value, matchers, value_of
@@ -62,17 +63,13 @@ def alerts(t: Thresholds) -> list[Alert]:
         Alert(
             "GpuNvlinkErrors",
             "warning",
-            """
-            sum by («GPU_KEY», link) (
-              increase(mirrorwatch_gpu_nvlink_errors_total[10m])
-            ) > «errors_per_10m»
-            """,
+            "increase(«errors»[10m]) > «errors_per_10m»",
             "«nvlink» reports errors",
             "NVLink link {{ $labels.link }} of «GPU», «RUN_OF_GPU», counted "
             "{{ $value | humanize }} replay, recovery and CRC errors in the last 10 minutes "
             "(alert above «errors_per_10m»).",
             "{{ $value | humanize }}",
-            fragments={"nvlink": NVLINK_OF_GPU},
+            fragments={"nvlink": NVLINK_OF_GPU, "errors": q.NVLINK_ERRORS},
         ),
         xid_alert("critical", 'xid=~"«critical_xids»"', "Critical XID", "critical XID"),
         xid_alert("warning", 'xid!~"«critical_xids»"', "XID", "XID"),

@@ -102,6 +102,10 @@ def rules(t: Thresholds) -> list[Record]:
         # be asked: a 5-minute mean is above 0 for five minutes after any one-minute blip.
         Record(q.THERMAL_MINUTE, q.throttled_share_of_minute("thermal", THERMAL_REASONS)),
         Record(
+            q.NVLINK_ERRORS,
+            "sum by («GPU_KEY», link) (mirrorwatch_gpu_nvlink_errors_total)",
+        ),
+        Record(
             q.THROUGHPUT,
             """
             sum by («RUN_KEY») (

@@ -257,11 +257,11 @@ def test_fleet_dashboard_hosts_table_has_one_row_per_host(fleet: Fleet, expr: st
 # few evaluations after a change the two stores then hold different causes: not a difference
 # of MetricsQL's arithmetic, which is what this comparison checks.
 NOW_ONLY_RULES = ("instance_gpu:mirrorwatch_gpu_cause:", "run_gpu:mirrorwatch_gpu_cause:")
-# The share of the last minute throttled for heat is a 1 s subquery over a counter scraped every
-# second: each store picks the raw samples of each step by its own lookback (Prometheus: the
-# last sample within 5 m; VictoriaMetrics: within the step, then its own gap filling), so a
-# minute can count a second or two more or less in one of them (seen: 0.27 against 0.30). The
-# alerts both fire alike (the test above); the value is compared to two seconds a minute.
+# The share of the last minute throttled for heat is the mean of each evaluator's own recorded
+# share at each of its evaluations of the minute: the two evaluate a moment apart, and vmalert
+# reads its recorded series back from the store a flush later, so a minute can count a second
+# or two more or less in one of them (seen with the earlier 1 s subquery: 0.27 against 0.30).
+# The alerts both fire alike (the test above); the value is compared to two seconds a minute.
 # GpuThermalThrottling's value is that share: the same tolerance.
 SAMPLED_RULES = {
     "instance_gpu:mirrorwatch_gpu_thermal_throttle:ratio1m": 2 / 60,
