@@ -477,6 +477,13 @@ TRAINING_EXAMPLES_PER_SECOND = _row(
     "Training throughput over the recent window, examples/s.",
     WORKER,
 )
+TRAINING_GRADIENT_BYTES = _row(
+    "mirrorwatch_training_gradient_bytes",
+    "gauge",
+    "bytes",
+    "Bytes one replica's gradients all-reduce each step (its trainable parameters).",
+    WORKER,
+)
 TRAINING_EPOCH = _row(
     "mirrorwatch_training_epoch", "gauge", "", "Current epoch, counted from 0.", WORKER
 )

@@ -46,6 +46,8 @@ MAX_REPLICA = 1023
 MAX_REPLICAS = 4096
 MAX_GLOBAL_BATCH_SIZE = 2**31
 MAX_EPOCH = 2**31
+# 2**44 bytes (16 TiB): beyond any model's float32 gradients.
+MAX_GRADIENT_BYTES = 2**44
 MAX_ABS_LOSS = 1e30
 MAX_SPEEDUP = 1024
 MAX_EFFICIENCY_RATIO = 2
@@ -107,7 +109,9 @@ class TrainingSnapshot:
     union of their intervals), only steps that all-reduced; optional, so schema 1 stays what
     it was for clients that cannot see their all-reduces. ``pid`` and ``pid_namespace``: the
     worker's process (os.getpid() and the inode of /proc/self/ns/pid), so the exporter can
-    tell the run's processes on its GPUs from others (docs/api.md).
+    tell the run's processes on its GPUs from others (docs/api.md). ``gradient_bytes``: the
+    bytes one replica's gradients all-reduce each step (its trainable parameters' sizes), from
+    which the run report estimates the all-reduce where none is measured.
     """
 
     session: str
@@ -122,6 +126,7 @@ class TrainingSnapshot:
     global_batch_size: int | None = None
     examples_total: int | None = None
     allreduce_seconds: StepDurations | None = None
+    gradient_bytes: int | None = None
     examples_per_second: float | None = None
     epoch: int = 0
     loss: float | None = None

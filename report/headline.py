@@ -9,10 +9,14 @@ from typing import Any
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.metrics import (
+    GPU_PCIE_LINK_GENERATION,
+    GPU_PCIE_LINK_WIDTH,
     TRAINING_EXAMPLES_TOTAL,
+    TRAINING_GRADIENT_BYTES,
     TRAINING_REPLICAS,
     TRAINING_SCALING_SPEEDUP,
 )
+from mirrorwatch.contract.pcie import PCIE_LANE_BYTES_PER_SECOND
 from mirrorwatch.report.cost import Cost, combined
 from mirrorwatch.report.evidence import Ask, Finding
 from mirrorwatch.report.scope import format_time
@@ -50,6 +54,27 @@ def run_queries(run: q.Select, window: str) -> dict[str, str]:
         "speedup": speedup,
         "scaling_efficiency": f"({speedup}) / on (run) ({ideal})",
         "allreduce_share": f"min by (run) ({q.communication_share(run, window)})",
+        "gradient_bytes": f"max by (run) (max_over_time({run(TRAINING_GRADIENT_BYTES)}[{window}]))",
+    }
+
+
+def allreduce_estimate(
+    gradient_bytes: float, replicas: float, generation: float, width: float, step_seconds: float
+) -> dict[str, Any] | None:
+    """What a ring all-reduce of the gradients over the GPUs' slowest PCIe link takes, and its
+    share of a step, as mirrorwatch-doctor --probe reckons it: each replica sends and receives
+    2 (n - 1) / n of the gradient bytes (NCCL's bus bandwidth, nccl-tests PERFORMANCE.md), at
+    the link's payload rate. An estimate: NVLink would be faster, and an all-reduce overlapped
+    with the backward pass hides part of it."""
+    rate = PCIE_LANE_BYTES_PER_SECOND.get(int(generation))
+    if rate is None or replicas < 2 or width < 1 or step_seconds <= 0 or gradient_bytes <= 0:
+        return None
+    seconds = 2 * (replicas - 1) / replicas * gradient_bytes / (rate * width)
+    return {
+        "seconds": round(seconds, 6),
+        "share": round(min(1.0, seconds / step_seconds), 4),
+        "gradient_bytes": int(gradient_bytes),
+        "link": f"PCIe gen {int(generation)} x{int(width)}",
     }
 
 
@@ -59,6 +84,12 @@ def headline(ask: Ask, t: Thresholds) -> dict[str, Any]:
     if s.gpus_reported:
         # A run that reported no GPUs did not train on these: their busy time is not its.
         queries["mean_utilization"] = f"avg ({q.gpu_utilization_mean(s.gpus_select, s.window)})"
+        # The run's slowest link, for the all-reduce estimate where none is measured.
+        for name, metric in (
+            ("pcie_generation", GPU_PCIE_LINK_GENERATION),
+            ("pcie_width", GPU_PCIE_LINK_WIDTH),
+        ):
+            queries[name] = f"min(min_over_time({s.gpus_select(metric)}[{s.window}]))"
     if s.run is not None:
         queries |= run_queries(s.run_select, s.window)
     values = {name: ask.one(query) for name, query in queries.items()}
@@ -88,6 +119,14 @@ def headline(ask: Ask, t: Thresholds) -> dict[str, Any]:
         "lost": None if efficiency is None else round(min(1.0, max(0.0, 1 - efficiency)), 4),
         "queries": queries,
     }
+    figures = [
+        values.get(name) for name in ("gradient_bytes", "replicas", "pcie_generation", "pcie_width")
+    ]
+    figures.append(values.get("step_time_p50_seconds"))
+    result["allreduce_estimate"] = None
+    if values.get("allreduce_share") is None and all(f is not None for f in figures):
+        gradient, n, generation, width, step = (float(f or 0) for f in figures)
+        result["allreduce_estimate"] = allreduce_estimate(gradient, n, generation, width, step)
     result["verdict"] = verdict(speedup, replicas, efficiency, target)
     return result
 

@@ -17,7 +17,7 @@ from mirrorwatch.report.cost import METHODS, in_words, method_of
 from mirrorwatch.report.evidence import Figure, Finding
 from mirrorwatch.report.scope import format_time
 from mirrorwatch.report.svg import format_value
-from mirrorwatch.report.words import percent
+from mirrorwatch.report.words import percent, size
 
 HEADLINE_CHARTS = ("throughput", "step_time")
 DASH = "\u2013"  # what a card shows for a figure Prometheus has no data for
@@ -188,6 +188,15 @@ def unexplained_html(h: Mapping[str, Any]) -> str:
         allreduce = (
             f"The all-reduce, measured: the run's workers spent {percent(share)} of each step "
             f"in it ({TRAINING_ALLREDUCE_SECONDS}, the least of the workers' shares)."
+        )
+    elif (estimate := h.get("allreduce_estimate")) is not None:
+        allreduce = (
+            f"The all-reduce, estimated (not measured): a ring all-reduce of this run's "
+            f"{size(estimate['gradient_bytes'])} of gradients over its GPUs' slowest link "
+            f"({estimate['link']}) takes about {estimate['seconds'] * 1000:.1f} ms, "
+            f"{percent(estimate['share'])} of a median step. An estimate: NVLink is faster, "
+            "and an all-reduce overlapped with the backward pass hides part of it; the torch "
+            "monitor measures it on a DDP model."
         )
     else:
         allreduce = (

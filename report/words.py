@@ -16,6 +16,15 @@ def points(difference: float) -> str:
     return "0 pp" if difference == 0 else f"{difference * 100:.1f} pp"
 
 
+def size(count: float) -> str:
+    """Bytes in binary units: 512 B, 97.5 MiB, 1.2 GiB."""
+    for unit in ("B", "KiB", "MiB"):
+        if count < 1024:
+            return f"{count:.0f} B" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GiB"
+
+
 def plural(count: int, noun: str, many: str | None = None) -> str:
     """``count`` and ``noun``, in the plural unless one: 1 GPU, 2 GPUs, 3 processes."""
     return f"{count} {noun if count == 1 else many or noun + 's'}"

@@ -133,6 +133,7 @@ class SnapshotBuilder:
         # Where the examples are counted as the batches were (the callback's ExampleCounter),
         # when the meter is not told them; None: steps times the global batch.
         self._counted_examples: Callable[[], int | None] | None = None
+        self._gradient_bytes: int | None = None
         self._examples_warned = False
 
     @property
@@ -167,6 +168,11 @@ class SnapshotBuilder:
         """From now on ``examples_total`` is what ``read`` answers on this thread (None: not
         known yet), instead of steps times the global batch."""
         self._counted_examples = read
+
+    def set_gradient_bytes(self, size: int) -> None:
+        """The bytes one replica's gradients all-reduce each step (its trainable parameters),
+        for the report's all-reduce estimate where none is measured."""
+        self._gradient_bytes = size if size > 0 else None
 
     def set_global_batch_size(self, size: int) -> None:
         """The global batch size, found once training has begun (Lightning's first step)."""
@@ -257,6 +263,7 @@ class SnapshotBuilder:
                 count=comm.count,
                 sum_seconds=comm.sum_seconds,
             ),
+            gradient_bytes=self._gradient_bytes,
             examples_per_second=self._examples_per_second,
             epoch=reading.epoch,
             loss=loss,

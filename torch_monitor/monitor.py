@@ -122,6 +122,9 @@ class MirrorwatchMonitor:
             if replicas.degraded is not None:
                 log.warning("mirrorwatch: %s", replicas.degraded)
             self._describe(replicas)
+            self._telemetry.snapshots.set_gradient_bytes(
+                sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+            )
             if isinstance(model, torch.nn.parallel.DistributedDataParallel):
                 state = HookState(model.process_group, self._comm, self._telemetry.warn_once)
                 model.register_comm_hook(state, timed_allreduce)

@@ -12,6 +12,8 @@ import os
 import time
 from typing import Any
 
+import numpy as np
+
 from mirrorwatch.telemetry.client import FINAL_PUSH_DEADLINE_SECONDS, Telemetry, settings
 from mirrorwatch.telemetry.meter import finite_loss
 from mirrorwatch.trainer import tf_devices
@@ -41,6 +43,17 @@ def worker_from_tf_config(tf_config: str | None) -> int:
         return index
     except (ValueError, TypeError, AttributeError):
         return 0
+
+
+def gradient_bytes(model: Any) -> int:
+    """The bytes of ``model``'s trainable weights: what one replica's gradients all-reduce each
+    step. Keras 3 names a weight's dtype ("float32"); tf_keras gives a tf.DType (its ``size``)."""
+    total = 0
+    for weight in model.trainable_weights:
+        size = getattr(weight.dtype, "size", None)
+        itemsize = size if isinstance(size, int) else np.dtype(str(weight.dtype)).itemsize
+        total += int(np.prod(tuple(weight.shape))) * itemsize
+    return total
 
 
 class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped
@@ -173,6 +186,7 @@ class MirrorwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
                 batch_size=(self.params or {}).get("batch_size"),
                 replicas_in_sync=tf_devices.replicas_in_sync(strategy),
             )
+            self._snapshots.set_gradient_bytes(gradient_bytes(self.model))
         except Exception as error:
             self._warn_once("on_train_begin", error)
         try:

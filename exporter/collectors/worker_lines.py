@@ -57,6 +57,7 @@ EXAMPLES = _family(names.TRAINING_EXAMPLES_TOTAL)
 STEP_DURATION = _family(names.TRAINING_STEP_DURATION_SECONDS)
 ALLREDUCE = _family(names.TRAINING_ALLREDUCE_SECONDS)
 EXAMPLES_PER_SECOND = _family(names.TRAINING_EXAMPLES_PER_SECOND)
+GRADIENT_BYTES = _family(names.TRAINING_GRADIENT_BYTES)
 EPOCH = _family(names.TRAINING_EPOCH)
 LOSS = _family(names.TRAINING_LOSS)
 REPLICA_INFO = _family(names.TRAINING_REPLICA_INFO)
@@ -76,6 +77,7 @@ FAMILIES = (
     STEP_DURATION,
     ALLREDUCE,
     EXAMPLES_PER_SECOND,
+    GRADIENT_BYTES,
     EPOCH,
     LOSS,
     REPLICA_INFO,
@@ -153,6 +155,7 @@ class WorkerLines:
         if snapshot.allreduce_seconds is not None:
             lines[ALLREDUCE] = _histogram(ALLREDUCE, prefixes, snapshot.allreduce_seconds)
         single(EXAMPLES_PER_SECOND, snapshot.examples_per_second)
+        single(GRADIENT_BYTES, snapshot.gradient_bytes)
         single(EPOCH, snapshot.epoch)
         single(LOSS, snapshot.loss)
         memory = []

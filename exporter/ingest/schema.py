@@ -99,6 +99,11 @@ class TrainingSnapshot(_Strict):
         description="per step, the time its gradient all-reduces were in flight (the union of"
         " their intervals); only steps that all-reduced",
     )
+    gradient_bytes: Annotated[int | None, Field(ge=1, le=contract.MAX_GRADIENT_BYTES)] = Field(
+        default=None,
+        description="bytes one replica's gradients all-reduce each step (its trainable"
+        " parameters); the run report's all-reduce estimate where none is measured",
+    )
     examples_per_second: Amount | None = None
     epoch: Annotated[int, Field(ge=0, le=contract.MAX_EPOCH)] = 0
     loss: Annotated[float | None, Field(ge=-contract.MAX_ABS_LOSS, le=contract.MAX_ABS_LOSS)] = None

@@ -80,6 +80,7 @@ def exposition() -> str:
         pid=WORKER_PID,
         pid_namespace=INIT_PID_NAMESPACE,
         allreduce_seconds=histogram,
+        gradient_bytes=4 * 25_557_032,  # ResNet-50's float32 parameters
         scaling={
             "speedup": 1.8,
             "efficiency_ratio": 0.9,

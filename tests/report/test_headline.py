@@ -12,7 +12,7 @@ import pytest
 from mirrorwatch.report.analysis import Analysis, nothing_wrong
 from mirrorwatch.report.cost import METHODS, Cost
 from mirrorwatch.report.evidence import Finding
-from mirrorwatch.report.headline import accounted, verdict
+from mirrorwatch.report.headline import accounted, allreduce_estimate, verdict
 from mirrorwatch.report.page import cost_html, render
 from mirrorwatch.report.words import percent, plural
 
@@ -136,6 +136,37 @@ def test_a_measured_all_reduce_is_named_with_its_share() -> None:
     none = nothing_wrong(h)
     page = unescape(render(Analysis(accounted(h, [none]), [none], 300.0), {}, "p", "r"))
     assert "The all-reduce, measured: the run's workers spent 21 % of each step" in page
+
+
+def test_the_all_reduce_estimate_is_a_ring_over_the_slowest_pcie_link() -> None:
+    """ResNet-50's 25,557,032 float32 parameters on 2 replicas over PCIe gen 4 x16: each replica
+    moves 2 (n - 1) / n of them (nccl-tests PERFORMANCE.md's bus bandwidth) at 16 GT/s a lane
+    after 128b/130b encoding (PCI-SIG), 1.969 GB/s a lane: 102.2 MB / 31.5 GB/s = 3.24 ms."""
+    lane = 16e9 * 128 / 130 / 8
+    estimate = allreduce_estimate(4 * 25_557_032, 2, 4, 16, 0.1)
+    assert estimate is not None
+    assert estimate["seconds"] == pytest.approx(4 * 25_557_032 / (16 * lane), abs=1e-6)
+    assert estimate["seconds"] == pytest.approx(3.245e-3, abs=1e-5)
+    assert estimate["share"] == pytest.approx(0.0324, abs=1e-4)
+    assert estimate["link"] == "PCIe gen 4 x16"
+    # Four replicas move 3/2 of the gradients, not 1: the ring's 2 (n - 1) / n.
+    four = allreduce_estimate(4 * 25_557_032, 4, 4, 16, 0.1)
+    assert four is not None
+    assert four["seconds"] == pytest.approx(1.5 * estimate["seconds"], rel=1e-3)
+    # One replica has nothing to all-reduce; an unknown generation has no rate.
+    assert allreduce_estimate(1e8, 1, 4, 16, 0.1) is None
+    assert allreduce_estimate(1e8, 2, 9, 16, 0.1) is None
+
+
+def test_an_estimated_all_reduce_is_named_as_an_estimate_with_its_share() -> None:
+    estimate = allreduce_estimate(4 * 25_557_032, 2, 3, 8, 0.05)
+    h = base(1.12) | {"allreduce_estimate": estimate}
+    none = nothing_wrong(h)
+    page = unescape(render(Analysis(accounted(h, [none]), [none], 300.0), {}, "p", "r"))
+    assert "The all-reduce, estimated (not measured)" in page
+    assert "97.5 MiB of gradients over its GPUs' slowest link (PCIe gen 3 x8)" in page
+    assert "takes about 13.0 ms, 26 % of a median step" in page
+    assert "The all-reduce, not measured" not in page
 
 
 def test_a_run_without_gpus_says_so_and_which_gpus_were_looked_at() -> None:

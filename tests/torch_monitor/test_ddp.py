@@ -99,6 +99,12 @@ def test_each_worker_has_its_all_reduce_time_and_it_is_below_its_step_time(
         assert 0 < total[key] / count[key] < step_total[key] / step_count[key]
 
 
+def test_each_worker_publishes_its_gradients_size(ddp_run: DdpRun) -> None:
+    """ddp_fit's model: Linear(32, 64) and Linear(64, 1), weights and biases, float32."""
+    sizes = ddp_run.values("mirrorwatch_training_gradient_bytes")
+    assert sorted(sizes.values()) == [4 * ((32 * 64 + 64) + (64 * 1 + 1))] * RANKS
+
+
 def test_each_workers_replica_joins_the_gpu_it_stands_on(ddp_run: DdpRun) -> None:
     joined = {
         labels["worker"]: (labels["replica"], labels["uuid"])

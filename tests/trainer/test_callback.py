@@ -13,7 +13,7 @@ from mirrorwatch.contract.snapshot import STEP_DURATION_BUCKETS
 from mirrorwatch.trainer import MirrorwatchCallback
 from mirrorwatch.trainer import callback as callback_module
 from tests.trainer.recorder import recording_exporter, silent_exporter, unused_url
-from tests.trainer.training import EXAMPLES, fit, tiny_model
+from tests.trainer.training import EXAMPLES, FEATURES, fit, tiny_model
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 STEPS_PER_EPOCH = EXAMPLES // 16
@@ -34,6 +34,8 @@ def test_mirrored_fit_reports_steps_examples_and_replicas(strategy: Any) -> None
     assert len(final.step_duration_seconds.bucket_counts) == len(STEP_DURATION_BUCKETS)
     assert (final.replicas, final.strategy, final.model) == (2, "MirroredStrategy", "tiny")
     assert final.global_batch_size == 16
+    # Its float32 gradients: Dense(16) over FEATURES inputs and Dense(1), weights and biases.
+    assert final.gradient_bytes == 4 * ((FEATURES * 16 + 16) + (16 * 1 + 1))
     assert final.epoch == 2  # from 0: the last epoch's index
     assert final.loss is not None
     assert final.loss > 0
