@@ -34,6 +34,16 @@ class Recorder:
         return [push.snapshot for push in self.pushes]
 
 
+class _Server(ThreadingHTTPServer):
+    """socketserver's listen backlog is 5: a callback pushing every 50 ms on a loaded machine
+    fills it before the accept loop runs, and Linux then resets the connections it cannot
+    queue (ConnectionResetError in the pusher's warning). uvicorn, the exporter's server,
+    listens with a backlog of 2048."""
+
+    request_queue_size = 128
+    daemon_threads = True
+
+
 @contextmanager
 def recording_exporter(status: int = 200) -> Iterator[Recorder]:
     recorder = Recorder(status=status)
@@ -58,7 +68,7 @@ def recording_exporter(status: int = 200) -> Iterator[Recorder]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = _Server(("127.0.0.1", 0), Handler)
     recorder.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
