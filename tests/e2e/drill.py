@@ -36,8 +36,11 @@ from demo.stack import (
     route_timers,
 )
 from mirrorwatch.alerts.build import render
+from mirrorwatch.alerts.rules.costs import COST_5M
 from mirrorwatch.alerts.thresholds import THRESHOLDS_FILE, Thresholds, load_thresholds
 from mirrorwatch.contract.vocabulary import Address, format_duration, parse_prometheus_duration
+from mirrorwatch.report import cli as report_cli
+from mirrorwatch.report.cost import LIVE_COST
 from tests.exporter.ingest_snapshots import steady_training
 from tests.ports import free_port
 
@@ -69,6 +72,15 @@ def binary(*names: str) -> str:
 
 
 # --- the rules with short `for:` ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportedCost:
+    """A report's finding, the live cost it quotes, and the recorded series at its end."""
+
+    finding: dict[str, Any]
+    quoted: float
+    recorded: float | None
 
 
 @dataclass(frozen=True)
@@ -244,6 +256,20 @@ class Drill:
         assert body["status"] == "success", f"{expr}: {body}"
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
+
+    def report_live_cost(self, run: str, kind: str, gpu: str, out: Path) -> ReportedCost:
+        """The run report of the last two minutes, written now: its one finding of ``kind``,
+        the live 5-minute cost that finding quotes, and the recorded cost series of ``gpu`` at
+        the report's own end (its range ends at the run's last scrape, report/scope.py)."""
+        end = time.time() - 1
+        page = report_cli.write_report(self.prometheus.url, run, None, end - 120, end, out)
+        findings = json.loads((page.parent / "findings.json").read_text(encoding="utf-8"))
+        (finding,) = [f for f in findings["findings"] if f["kind"] == kind]
+        quoted = {f["name"]: f["value"] for f in finding["evidence"]["figures"]}[LIVE_COST]
+        recorded = self.query_at(
+            f'{COST_5M}{{run="{run}",cause="{kind}",gpu="{gpu}"}}', findings["headline"]["end"]
+        )
+        return ReportedCost(finding, quoted, float(recorded[0]["value"][1]) if recorded else None)
 
     def query_at(self, expr: str, at: float) -> list[dict[str, Any]]:
         response = httpx.get(

@@ -4,16 +4,12 @@ GpuUtilizationImbalance stays quiet, while TrainingHeldBack names GPU 1 and what
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import pytest
 
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.rules.costs import COST_5M
-from mirrorwatch.report.cli import write_report
-from mirrorwatch.report.cost import LIVE_COST
 from tests.e2e.drill import FastRules, running_drill, synthetic_training
 
 RUN = "e2e-straggler"
@@ -33,15 +29,7 @@ def test_a_straggler_pages_training_held_back_while_utilisation_stays_balanced(
             spread = drill.query(f'{q.RUN_SPREAD}{{run="{RUN}"}}')
             costs = drill.query(f'{COST_5M}{{run="{RUN}",cause="straggler",gpu="1"}}')
             # The report at one instant reads the alert's own series: the same figure.
-            end = time.time() - 1
-            page = write_report(
-                drill.prometheus.url, RUN, None, end - 120, end, tmp_path / "report"
-            )
-            ended = json.loads((page.parent / "findings.json").read_text(encoding="utf-8"))
-            # The report's range ends at the run's last scrape (report/scope.py).
-            at_end = drill.query_at(
-                f'{COST_5M}{{run="{RUN}",cause="straggler",gpu="1"}}', ended["headline"]["end"]
-            )
+            reported = drill.report_live_cost(RUN, "straggler", "1", tmp_path / "report")
 
         assert (alert.labels["gpu"], alert.labels["uuid"]) == ("1", gpus[1]["uuid"])
         assert spread, "no utilisation spread recorded for the run"
@@ -50,8 +38,6 @@ def test_a_straggler_pages_training_held_back_while_utilisation_stays_balanced(
         assert 0.05 <= float(costs[0]["value"][1]) < 0.2, costs
         imbalance = [a for a in drill.summary() if "GpuUtilizationImbalance" in a]
         assert imbalance == []
-        findings = json.loads((page.parent / "findings.json").read_text(encoding="utf-8"))
-        (straggler,) = [f for f in findings["findings"] if f["kind"] == "straggler"]
-        assert straggler["gpu"] == "1"
-        live = {f["name"]: f["value"] for f in straggler["evidence"]["figures"]}[LIVE_COST]
-        assert live == pytest.approx(float(at_end[0]["value"][1]), abs=1e-3)
+        assert reported.finding["gpu"] == "1"
+        assert reported.recorded is not None
+        assert reported.quoted == pytest.approx(reported.recorded, abs=1e-3)

@@ -4,17 +4,12 @@ TrainingHeldBack names GPU 1 for heat with the cost the report prints."""
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import pytest
 
 from mirrorwatch.alerts.queries import SHARE_STEP
-from mirrorwatch.alerts.rules.costs import COST_5M
 from mirrorwatch.contract.vocabulary import parse_prometheus_duration
-from mirrorwatch.report.cli import write_report
-from mirrorwatch.report.cost import LIVE_COST
 from tests.e2e.drill import FastRules, Latency, measure, running_drill, synthetic_training
 
 # GPU 1 passes its slowdown temperature ~23 s after the exporter starts; its share of the
@@ -76,16 +71,7 @@ def test_a_throttled_gpu_holds_its_peer_back_and_training_held_back_names_it(
             )
             waiting = drill.query('mirrorwatch_gpu_utilization_ratio{gpu="0"}')
             power = drill.query('mirrorwatch_gpu_power_watts{gpu="0"}[10m]')
-            end = time.time() - 1
-            page = write_report(
-                drill.prometheus.url, RUN, None, end - 120, end, tmp_path / "report"
-            )
-            findings = json.loads((page.parent / "findings.json").read_text(encoding="utf-8"))
-            # The report's range ends at the run's last scrape (report/scope.py).
-            at_end = drill.query_at(
-                f'{COST_5M}{{run="{RUN}",cause="thermal_throttling",gpu="1"}}',
-                findings["headline"]["end"],
-            )
+            reported = drill.report_live_cost(RUN, "thermal_throttling", "1", tmp_path / "report")
 
     assert (alert.labels["gpu"], alert.labels["uuid"]) == ("1", gpus[1]["uuid"])
     # GPU 0 waits for GPU 1 inside the all-reduce: still busy, at clearly less power than it
@@ -94,8 +80,6 @@ def test_a_throttled_gpu_holds_its_peer_back_and_training_held_back_names_it(
     watts = [(float(t), float(v)) for t, v in power[0]["values"]]
     before = max(v for t, v in watts if t <= watts[0][0] + 10)
     assert watts[-1][1] <= 0.9 * before, watts
-    (held,) = [f for f in findings["findings"] if f["kind"] == "thermal_throttling"]
-    assert held["gpu"] == "1"
-    live = {f["name"]: f["value"] for f in held["evidence"]["figures"]}[LIVE_COST]
-    assert at_end, "no live thermal cost for GPU 1 at the report's end"
-    assert live == pytest.approx(float(at_end[0]["value"][1]), abs=1e-3)
+    assert reported.finding["gpu"] == "1"
+    assert reported.recorded is not None, "no live thermal cost for GPU 1 at the report's end"
+    assert reported.quoted == pytest.approx(reported.recorded, abs=1e-3)
