@@ -264,5 +264,8 @@ def test_scaling_benchmark_reports_and_publishes_both_throughputs() -> None:
     assert re.search(r"^\s*2\s+16\s", result.stdout, re.MULTILINE)
     final = exporter.snapshots[-1]
     assert final.steps_total == 30
-    assert final.scaling is not None
-    assert final.scaling.speedup == pytest.approx(report["speedup"], rel=1e-3)
+    if report["efficiency_ratio"] <= 2:
+        assert final.scaling is not None
+        assert final.scaling.speedup == pytest.approx(report["speedup"], rel=1e-3)
+    else:  # a loaded machine slowed the 1-replica baseline: said on stdout, not published
+        assert final.scaling is None, final.scaling
