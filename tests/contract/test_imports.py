@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.hang import HANG_SECONDS
+
 ROOT = Path(__file__).resolve().parents[2]
 # Each package of the project: its import name and its source folder (pyproject.toml's
 # package-dir), and the two top-level packages beside them that the repository runs.
@@ -157,7 +159,7 @@ def loaded_by_the_monitor() -> list[str]:
         [sys.executable, "-c", LOADED_BY_THE_MONITOR],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_SECONDS,
         check=True,
     )
     loaded: list[str] = json.loads(done.stdout)

@@ -21,6 +21,7 @@ from tests.dashboards.queries import (
     load_dashboards,
     panels,
 )
+from tests.hang import HANG_SECONDS
 
 DASHBOARDS = load_dashboards()
 
@@ -49,7 +50,7 @@ def test_build_check_exits_nonzero_on_drift(tmp_path: Any) -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
         check=False,
     )
     assert result.returncode == 1

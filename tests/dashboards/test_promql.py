@@ -21,6 +21,7 @@ from tests.dashboards.queries import (
     recording_rules,
     selectors,
 )
+from tests.hang import HANG_SECONDS
 
 TARGETS = all_targets()
 # Any syntactically right value does for parsing; a range for $__rate_interval.
@@ -68,7 +69,7 @@ def test_every_query_parses_with_promtool(tmp_path: Path) -> None:
         [promtool(), "check", "rules", str(path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -83,7 +84,7 @@ def test_promtool_rejects_a_broken_query(tmp_path: Path) -> None:
         [promtool(), "check", "rules", str(path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
         check=False,
     )
     assert result.returncode != 0

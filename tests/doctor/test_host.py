@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from mirrorwatch.doctor.host import ProcessCpus, cgroup_cpu_quota
+from tests.hang import HANG_SECONDS
 
 PINNED = (
     "import json, os\n"
@@ -20,7 +21,11 @@ PINNED = (
 
 def test_a_restricted_affinity_is_what_the_process_counts() -> None:
     result = subprocess.run(
-        [sys.executable, "-c", PINNED], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", PINNED],
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
+        check=True,
     )
     counted = json.loads(result.stdout)
     assert len(counted["allowed"]) == 1

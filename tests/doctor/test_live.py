@@ -13,6 +13,7 @@ from mirrorwatch.doctor.host import exporter_xids
 from mirrorwatch.exporter.simulate.backend import gpu_uuid
 from tests.doctor.run import by_id, doctor_process
 from tests.exporter.exporter_process import running_exporter
+from tests.hang import HANG_SECONDS
 
 HERE = Path(__file__).parent
 
@@ -57,7 +58,7 @@ def test_the_replayed_choice_is_mirrored_strategy_s_own() -> None:
         [sys.executable, str(HERE / "mirrored_choice.py")],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_SECONDS,
         check=True,
     )
     answer = json.loads(result.stdout.strip().splitlines()[-1])

@@ -11,6 +11,7 @@ import pytest
 
 from mirrorwatch.doctor.cli import main
 from tests.doctor.run import by_id, doctor_json
+from tests.hang import HANG_SECONDS
 
 
 def test_pcie_degraded_fails_naming_gpu_1_at_x8_of_x16(capsys: pytest.CaptureFixture[str]) -> None:
@@ -146,7 +147,7 @@ def test_the_cpus_are_this_process_s_under_a_restricted_affinity() -> None:
         [sys.executable, "-c", PINNED_DOCTOR],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_SECONDS,
         check=False,
     )
     assert result.returncode == 0, result.stderr

@@ -11,13 +11,14 @@ import subprocess
 
 from tests.alerts.tools import RULES
 from tests.fleet.fleet import PROMETHEUS_AGENT_CONFIG, VMAGENT_CONFIG, binary
+from tests.hang import HANG_SECONDS
 
 HOST_ENV = {"PATH": "/usr/bin:/bin", "MIRRORWATCH_HOST": "gpu-01", "MIRRORWATCH_CLUSTER": "lab"}
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        list(args), capture_output=True, text=True, timeout=60, env=env, check=False
+        list(args), capture_output=True, text=True, timeout=HANG_SECONDS, env=env, check=False
     )
 
 

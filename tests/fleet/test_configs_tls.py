@@ -16,6 +16,7 @@ import yaml
 from tests.exporter.certificates import Authority
 from tests.exporter.exporter_process import running_exporter
 from tests.fleet.fleet import PROMETHEUS_AGENT_CONFIG, VMAGENT_CONFIG, binary
+from tests.hang import HANG_SECONDS
 from tests.ports import free_port
 from tests.stack.compose import docker_compose
 from tests.stack.test_fleet_compose import HOST, SECRETS, env_example
@@ -74,7 +75,7 @@ def test_vmagent_accepts_the_tls_scrape_config_strictly(secrets: Path, tmp_path:
         ],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
         env=HOST_ENV,
     )
     assert result.returncode == 0, result.stderr
@@ -86,7 +87,7 @@ def test_promtool_accepts_the_tls_prometheus_agent_config(secrets: Path, tmp_pat
         [binary("promtool"), "check", "config", "--agent", str(config)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -102,7 +103,7 @@ def test_the_host_override_resolves_with_the_host_stack(tmp_path: Path) -> None:
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, result.stderr
     services = yaml.safe_load(result.stdout)["services"]

@@ -19,6 +19,7 @@ import yaml
 
 from tests.alerts.tools import RULES
 from tests.fleet.fleet import binary
+from tests.hang import HANG_SECONDS
 
 INSTANCE = "localhost:9848"
 TARGET = f'job="mirrorwatch", instance="{INSTANCE}", cluster="lab"'
@@ -61,7 +62,7 @@ def promtool_test(tmp: Path, rules: Path, expected: list[dict[str, Any]]) -> str
         [binary("promtool"), "test", "rules", str(path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
         check=False,
     )
     return "" if result.returncode == 0 else result.stdout + result.stderr

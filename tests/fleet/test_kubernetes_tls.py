@@ -25,6 +25,7 @@ from mirrorwatch.exporter.web_config import load_web_config
 from tests.exporter.certificates import Authority
 from tests.exporter.exporter_process import running_exporter
 from tests.fleet.test_kubernetes import KUBERNETES, KUBERNETES_VERSIONS, crd_schema
+from tests.hang import HANG_SECONDS
 
 OVERLAY = KUBERNETES.parent / "kubernetes-tls"
 SECRET = "mirrorwatch-exporter-web"
@@ -37,7 +38,7 @@ def _built(folder: Path) -> list[dict[str, Any]]:
     if kubectl is None:
         pytest.fail("kubectl is not installed (its kustomize builds the overlay)", pytrace=False)
     result = subprocess.run(
-        [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=120
+        [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=HANG_SECONDS
     )
     assert result.returncode == 0, result.stderr
     return [document for document in yaml.safe_load_all(result.stdout) if document]
@@ -121,7 +122,7 @@ def test_the_web_config_passes_promtool(tmp_path: Path) -> None:
         [promtool, "check", "web-config", str(tmp_path / "web-config.yml")],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -156,6 +157,8 @@ def test_the_probes_pass_on_an_exporter_serving_the_web_config(
                 .replace("127.0.0.1:9848", f"127.0.0.1:{port}")
             )
             ran = subprocess.run(
-                [sys.executable, "-c", script, *command[3:]], capture_output=True, timeout=60
+                [sys.executable, "-c", script, *command[3:]],
+                capture_output=True,
+                timeout=HANG_SECONDS,
             )
             assert ran.returncode == 0, ran.stderr

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from demo.stack import REPO
+from tests.hang import HANG_SECONDS
 
 COMPOSE_FILE = REPO / "docker-compose.yml"
 ENV_EXAMPLE = REPO / ".env.example"
@@ -60,7 +61,7 @@ def run_compose(env: Mapping[str, str], tmp: Path, *args: str) -> subprocess.Com
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
         check=False,
     )
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.hang import HANG_SECONDS
 from tests.stack import dockerfile
 
 _AND_CUDA = re.compile(r"^tensorflow\[and-cuda\](==.+)$")
@@ -47,7 +48,7 @@ def install(image: dockerfile.Dockerfile, context: Path, into: Path) -> Path:
     workdir.mkdir(parents=True)
     copy_context(image, context, workdir)
     venv = into / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=HANG_SECONDS)
     for requirements in dockerfile.pip_requirements(image):
         subprocess.run(
             [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-input"]

@@ -16,6 +16,7 @@ import pytest
 
 from demo.stack import REPO
 from mirrorwatch.exporter.simulate.backend import pci_bus_id
+from tests.hang import HANG_SECONDS
 from tests.stack import dockerfile
 from tests.stack.compose import (
     COMPOSE_FILE,
@@ -51,7 +52,7 @@ def test_compose_file_matches_the_compose_spec_schema() -> None:
         [check, "--builtin-schema", "vendor.compose-spec", str(COMPOSE_FILE)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_SECONDS,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr

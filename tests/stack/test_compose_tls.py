@@ -18,6 +18,7 @@ from demo.stack import PROMETHEUS_CONFIG, REPO, RULES, load_yaml, write_yaml
 from tests.exporter.certificates import Authority
 from tests.exporter.exporter_process import running_exporter
 from tests.exporter.scraping import prometheus_scraping, target_health
+from tests.hang import HANG_SECONDS
 from tests.stack.compose import SECRETS, env_example, run_compose, tool
 
 TLS_OVERRIDE = REPO / "docker-compose.tls.yml"
@@ -57,7 +58,7 @@ def test_the_override_matches_the_compose_spec_schema() -> None:
         [check, "--builtin-schema", "vendor.compose-spec", str(TLS_OVERRIDE)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -111,7 +112,7 @@ def test_the_tls_config_passes_promtool(secrets: Path, tmp_path: Path) -> None:
         [promtool, "check", "config", str(write_yaml(tmp_path / "prometheus.yml", config))],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -122,7 +123,7 @@ def test_the_compose_web_config_passes_promtool(secrets: Path) -> None:
         [promtool, "check", "web-config", str(secrets / "web-config.yml")],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -147,7 +148,7 @@ def test_prometheus_scrapes_the_exporter_with_the_stacks_own_files(
         check = resolved["services"]["exporter"]["healthcheck"]["test"]
         assert check[:3] == ["CMD", "python", "-c"]
         script = _in_secrets(check[3], secrets).replace("127.0.0.1:9848", f"127.0.0.1:{port}")
-        assert subprocess.run([sys.executable, "-c", script], timeout=60).returncode == 0
+        assert subprocess.run([sys.executable, "-c", script], timeout=HANG_SECONDS).returncode == 0
         job = next(
             job for job in load_yaml(TLS_PROMETHEUS)["scrape_configs"]
             if job["job_name"] == "mirrorwatch"

@@ -17,6 +17,7 @@ from demo.processes import http_get
 from demo.stack import REPO, port_is_free
 from mirrorwatch.contract.vocabulary import Address
 from tests.e2e.drill import binary
+from tests.hang import HANG_SECONDS
 from tests.ports import free_port
 
 DEADLINE_SECONDS = 90
@@ -67,7 +68,7 @@ def refused(
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
         check=False,
     )
 
@@ -118,7 +119,7 @@ def test_demo_prints_notifications_and_ctrl_c_leaves_nothing_running(tmp_path: P
     finally:
         process.send_signal(signal.SIGINT)
         try:
-            process.wait(timeout=60)
+            process.wait(timeout=HANG_SECONDS)
         finally:
             if process.poll() is None:
                 process.kill()

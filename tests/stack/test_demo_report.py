@@ -22,6 +22,7 @@ from demo.state import STATE_FILE, DemoState, StateError, fresh_folder, running_
 from demo.terminal import say
 from mirrorwatch.report import cli as report_cli
 from tests.e2e.drill import binary
+from tests.hang import HANG_SECONDS
 from tests.stack.test_demo import demo_command, free_addresses, refused
 
 WAIT_SECONDS = 60
@@ -146,7 +147,7 @@ def test_say_survives_a_reader_that_went_away(tmp_path: Path) -> None:
     )
     assert process.stdout is not None
     process.stdout.close()
-    _, stderr = process.communicate(timeout=60)
+    _, stderr = process.communicate(timeout=HANG_SECONDS)
     assert process.returncode == 0, stderr
     assert stderr == b""
     assert (tmp_path / "done").exists()
@@ -203,7 +204,7 @@ def test_make_report_and_the_ctrl_c_report_of_a_piped_demo(tmp_path: Path) -> No
             cwd=REPO,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=HANG_SECONDS,
             check=False,
         )
         assert made.returncode == 0, made.stderr
@@ -214,7 +215,7 @@ def test_make_report_and_the_ctrl_c_report_of_a_piped_demo(tmp_path: Path) -> No
         assert not page.exists()
         # Ctrl-C: tee dies with it, so every later line of the demo hits EPIPE.
         os.killpg(shell.pid, signal.SIGINT)
-        shell.wait(timeout=120)
+        shell.wait(timeout=HANG_SECONDS)
         while not _gone(demo_pid):
             assert time.monotonic() < deadline + 120, "the demo did not stop"
             time.sleep(0.2)
@@ -231,7 +232,7 @@ def test_make_report_and_the_ctrl_c_report_of_a_piped_demo(tmp_path: Path) -> No
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
         check=True,
     )
     assert last.stdout.splitlines()[0] == str(page)

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from tests.hang import HANG_SECONDS
 from tests.stack import services as stack
 from tests.stack.compose import bind_mounts, docker_compose, host_path
 from tests.stack.grafana_expand import interpolate_tree
@@ -54,7 +55,7 @@ def compose_config(compose: Path, tmp: Path, **overrides: str) -> subprocess.Com
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
         check=False,
     )
 

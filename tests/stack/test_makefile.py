@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from demo.stack import REPO
+from tests.hang import HANG_SECONDS
 
 MAKEFILE = REPO / "Makefile"
 
@@ -21,7 +22,7 @@ def make(*args: str) -> subprocess.CompletedProcess[str]:
         ["make", "--no-print-directory", "-C", str(REPO), *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_SECONDS,
         check=False,
     )
 

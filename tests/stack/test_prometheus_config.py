@@ -22,6 +22,7 @@ from demo.stack import (
     write_yaml,
 )
 from mirrorwatch.contract.vocabulary import Address
+from tests.hang import HANG_SECONDS
 from tests.stack.compose import host_path, resolved_config, tool
 
 COMPOSE_ALERTMANAGER = REPO / "prometheus" / "alertmanager.yml"
@@ -37,7 +38,7 @@ def amtool() -> str:
 
 
 def check(args: list[str]) -> None:
-    result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(args, capture_output=True, text=True, timeout=HANG_SECONDS, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from demo.receiver import Notification, Receiver, format_notification
 from demo.stack import REPO
+from tests.hang import HANG_SECONDS
 from tests.ports import free_port
 
 PAYLOAD = {
@@ -106,7 +107,7 @@ def test_the_module_needs_only_the_standard_library_and_mirrorwatch() -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
         check=True,
     )
     assert result.stdout.strip() == "['demo', 'mirrorwatch']"

@@ -25,6 +25,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from demo.stack import REPO
+from tests.hang import HANG_SECONDS
 from tests.ports import free_port
 from tests.stack import dockerfile, images
 from tests.stack import services as stack
@@ -144,7 +145,7 @@ def test_service_program_starts_from_its_image(
         env=container_environment(service, image_bins[name]),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, result.stderr[-2000:]
 
@@ -163,7 +164,7 @@ def trainer_run(
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_SECONDS,
     )
 
 
@@ -336,7 +337,7 @@ def test_doctor_service_reports_a_host_without_gpus_from_its_image(
         env=container_environment(service, image_bins["doctor"]),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 1, result.stderr[-2000:]
     assert "Traceback" not in result.stderr

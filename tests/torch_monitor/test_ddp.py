@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.exporter.exporter_process import running_exporter
+from tests.hang import HANG_SECONDS
 from tests.torch_monitor.ddp_fit import BATCH
 
 STEPS = 40
@@ -48,7 +49,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> DdpRun:
         bus_ids = ",".join(gpu["pci_bus_id"] for gpu in gpus[:RANKS])
         command = [sys.executable, "-m", "tests.torch_monitor.ddp_fit", "--url", ex.url]
         command += ["--bus-ids", bus_ids, "--steps", str(STEPS), "--out", str(out)]
-        job = subprocess.run(command, capture_output=True, text=True, timeout=240)
+        job = subprocess.run(command, capture_output=True, text=True, timeout=HANG_SECONDS)
         assert job.returncode == 0, job.stderr[-4000:]
         text = httpx.get(f"{ex.url}/metrics", timeout=5).text
     samples = [

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.exporter.exporter_process import RunningExporter, running_exporter
+from tests.hang import HANG_SECONDS
 from tests.telemetry.published import training_samples, value
 from tests.torch_monitor.unclosed_loop import BATCH, STEPS
 from tests.trainer.recorder import silent_exporter
@@ -42,7 +43,7 @@ def test_a_script_that_ends_without_close_shows_its_steps_and_inactive_at_once(
 ) -> None:
     run = f"unclosed-{mode}"
     process = script(exporter.url, run, mode)
-    _, stderr = process.communicate(timeout=120)
+    _, stderr = process.communicate(timeout=HANG_SECONDS)
     samples = training_samples(exporter.url, run)  # at once: no wait for a TTL
     assert process.returncode == returncode, stderr[-3000:]
     assert value(samples, "mirrorwatch_training_steps_total") == STEPS
@@ -58,7 +59,7 @@ def test_a_script_that_ends_without_close_shows_its_steps_and_inactive_at_once(
 def test_an_exporter_that_never_answers_adds_at_most_the_final_deadline_to_the_exit() -> None:
     with silent_exporter() as url:
         process = script(url, "unclosed-silent", "return")
-        stdout, stderr = process.communicate(timeout=120)
+        stdout, stderr = process.communicate(timeout=HANG_SECONDS)
     assert process.returncode == 0, stderr[-3000:]
     assert "Exception ignored" not in stderr
     assert "Traceback" not in stderr

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.exporter.exporter_process import running_exporter
+from tests.hang import HANG_SECONDS
 from tests.telemetry.published import Samples, training_samples, value
 from tests.torch_monitor import lightning_ddp_fit as job
 
@@ -44,7 +45,8 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Samp
         fit = subprocess.run(
             [sys.executable, "-m", "tests.torch_monitor.lightning_ddp_fit", exporter.url, RUN,
              str(checkpoints)],
-            capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2], env=env,
+            capture_output=True, text=True, timeout=HANG_SECONDS, cwd=Path(__file__).parents[2],
+            env=env,
         )  # fmt: skip
         assert fit.returncode == 0, fit.stderr[-4000:]
         yield {

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from mirrorwatch.torch import MirrorwatchMonitor
+from tests.hang import HANG_SECONDS
 from tests.trainer.recorder import recording_exporter, unused_url
 
 STEPS = 30
@@ -224,7 +225,7 @@ def test_importing_the_monitor_starts_no_tensorflow_and_mirrorwatch_imports_no_t
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('keras', 'tensorflow')))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=HANG_SECONDS
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

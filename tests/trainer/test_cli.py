@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.hang import HANG_SECONDS
 from tests.trainer.recorder import recording_exporter, unused_url
 
 TRAIN = os.path.join(os.path.dirname(sys.executable), "mirrorwatch-train")
@@ -70,7 +71,7 @@ def test_bad_flag_exits_2_with_one_line_naming_it(flags: list[str], named: str) 
 
 def test_a_bad_exporter_url_in_the_environment_is_named() -> None:
     result = subprocess.run(
-        [TRAIN], capture_output=True, text=True, timeout=120,
+        [TRAIN], capture_output=True, text=True, timeout=HANG_SECONDS,
         env={**environment(), "MIRRORWATCH_URL": "nonsense"},
     )  # fmt: skip
     assert result.returncode == 2
@@ -106,7 +107,7 @@ def test_multi_worker_refuses_a_tf_config_that_is_no_cluster_and_task(
         [TRAIN, "--multi-worker"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
         env={**environment(), "TF_CONFIG": tf_config},
     )
     assert result.returncode == 2
@@ -120,7 +121,7 @@ def test_multi_worker_refuses_keras_3_when_tf_use_legacy_keras_says_so() -> None
         [TRAIN, "--multi-worker", "--cluster", "127.0.0.1:1,127.0.0.1:2", "--task-index", "0"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_SECONDS,
         env={**environment(), "TF_USE_LEGACY_KERAS": "0"},
     )
     assert result.returncode == 2
@@ -228,7 +229,7 @@ def test_baseline_steps_put_speedup_and_efficiency_into_the_run_telemetry() -> N
         result = train(
             *TINY, "--devices", "cpu", "--batch-size", "16", "--steps", "24",
             "--baseline-steps", "24", "--url", exporter.url, "--run", "baseline-cli",
-            timeout=300,  # two models built and traced: slow on a busy shared machine
+            timeout=HANG_SECONDS,
         )  # fmt: skip
     # 24 steps of the tiny model each (well under a second): one stall of a loaded machine
     # cannot move either throughput by the factor of 4 beyond which the snapshot leaves

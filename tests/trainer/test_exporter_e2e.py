@@ -16,6 +16,7 @@ import pytest
 
 from mirrorwatch.trainer import MirrorwatchCallback
 from tests.exporter.exporter_process import EXPORTER, running_exporter
+from tests.hang import HANG_SECONDS
 from tests.ports import free_port
 from tests.telemetry.published import training_samples, value
 from tests.trainer import raising_fit
@@ -120,7 +121,7 @@ def test_a_fit_that_raises_shows_its_steps_and_inactive_as_soon_as_the_process_e
             [sys.executable, "-m", "tests.trainer.raising_fit", exporter.url, "e2e-raises"],
             capture_output=True,
             text=True,
-            timeout=180,
+            timeout=HANG_SECONDS,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         )
         samples = training_samples(exporter.url, "e2e-raises")  # at once: no TTL waited for

@@ -14,6 +14,7 @@ import sys
 from demo.stack import REPO
 from mirrorwatch.exporter.simulate.backend import pci_bus_id
 from tests.exporter.exporter_process import running_exporter
+from tests.hang import HANG_SECONDS
 
 SCRIPT = REPO / "scripts" / "gpu_train_smoke.py"
 
@@ -36,7 +37,7 @@ def rehearse(bus_ids: str) -> subprocess.CompletedProcess[str]:
             env=env,
             capture_output=True,
             text=True,
-            timeout=240,
+            timeout=HANG_SECONDS,
         )
 
 

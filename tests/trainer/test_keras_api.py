@@ -13,6 +13,7 @@ import pytest
 
 from mirrorwatch.trainer.callback import worker_from_tf_config
 from mirrorwatch.trainer.keras_api import uses_tf_keras
+from tests.hang import HANG_SECONDS
 from tests.trainer.recorder import recording_exporter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,7 +65,7 @@ def test_tf_keras_fit_reports_the_same_snapshots_and_trains_the_same() -> None:
             [sys.executable, "-m", "tests.trainer.tf_keras_fit", exporter.url],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=HANG_SECONDS,
             cwd=REPO,
             env=env,
         )

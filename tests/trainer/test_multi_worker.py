@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.hang import HANG_SECONDS
 from tests.ports import free_port
 from tests.trainer.multi_worker_fit import BATCH, STEPS
 from tests.trainer.recorder import recording_exporter
@@ -37,7 +38,7 @@ def test_two_workers_report_the_runs_steps_and_their_shares_of_its_examples() ->
             )
             for i, host in enumerate((host_a, host_b))
         ]
-        outputs = [worker.communicate(timeout=120) for worker in workers]
+        outputs = [worker.communicate(timeout=HANG_SECONDS) for worker in workers]
     for worker, (_, err) in zip(workers, outputs, strict=True):
         assert worker.returncode == 0, err[-3000:]
     fits = [json.loads(out) for out, _ in outputs]

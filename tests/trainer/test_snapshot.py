@@ -17,6 +17,7 @@ from mirrorwatch.telemetry.snapshot import (
     SnapshotBuilder,
     short_text,
 )
+from tests.hang import HANG_SECONDS
 
 GPU = "/job:localhost/replica:0/task:0/device:GPU:{}"
 CPU = "/job:localhost/replica:0/task:0/device:CPU:{}"
@@ -226,7 +227,11 @@ def test_building_snapshots_imports_neither_keras_nor_tensorflow() -> None:
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('keras', 'tensorflow')))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
+        check=True,
     )
     assert result.stdout.strip() == "[]"
 
