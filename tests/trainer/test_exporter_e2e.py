@@ -68,7 +68,7 @@ def exporter_on(port: int) -> Iterator[subprocess.Popen[str]]:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_SECONDS
         while True:
             try:
                 httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
