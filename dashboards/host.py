@@ -35,7 +35,7 @@ from dashboards.panels import (
 from dashboards.selectors import GPU, HOST, RUN, firing_alerts, increase
 from dashboards.variables import standard_variables
 from dashboards.why import host_causes, why_row
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import training_queries
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.metrics import (
     EXPORTER_BUILD_INFO,
@@ -102,7 +102,7 @@ def overview_row(t: Thresholds) -> Row:
                     "model and strategy, and whether each worker is still active (0 after "
                     "MIRRORWATCH_RUN_TTL without a push). Open one in Training balance.",
                     "none",
-                    [instant_table(q.training_runs(RUN))],
+                    [instant_table(training_queries.training_runs(RUN))],
                     width=24,
                     height=5,
                     transformations=[

@@ -19,14 +19,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries
 from mirrorwatch.alerts.fragments import num
+from mirrorwatch.alerts.promql import Select
 from mirrorwatch.alerts.rules.costs import COST, COST_5M, COSTED_KINDS
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.labels import GPU_KEY, UUID_KEY
 from mirrorwatch.contract.metrics import (
     GPU_P2P_LINK_INFO,
 )
+from mirrorwatch.report import queries as q
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook
 from mirrorwatch.report.hardware import held_back
 
@@ -125,7 +127,7 @@ def _one_step_longer(ask: Ask, expr: str, condition: str) -> str:
 def _clock(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     sel = ask.scope.gpus_select
     held = held_back(sel, f.kind)
-    ratio = q.sm_clock_ratio(sel)
+    ratio = gpu_queries.sm_clock_ratio(sel)
     # Compute-bound, a step takes 1/r as long at clock ratio r: r of the throughput is left.
     lost = f"1 - ({ratio})"
     # Half of each step memory- or communication-bound: it takes (1/r + 1) / 2 as long.
@@ -149,7 +151,7 @@ CLOCK = Method(
 # --- links ----------------------------------------------------------------------------------
 
 
-def _speed(sel: q.Select) -> str:
+def _speed(sel: Select) -> str:
     """Each GPU's PCIe link speed now over its maximum's (generation and width together)."""
     return (
         f"({q.pcie_link_bytes_per_second(sel)}) / on ({GPU_KEY}) "
@@ -157,7 +159,7 @@ def _speed(sel: q.Select) -> str:
     )
 
 
-def _over_pcie(sel: q.Select) -> str:
+def _over_pcie(sel: Select) -> str:
     """The GPUs that reach a peer without NVLink: their all-reduce crosses their PCIe link."""
     pairs = sel(GPU_P2P_LINK_INFO, 'link!="nvlink"')
     return f"max by ({GPU_KEY}) ({pairs})"
@@ -172,7 +174,7 @@ def _measured_share(ask: Ask, on: str) -> str:
 
 def _pcie(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     sel, window = ask.scope.gpus_select, _rate_window(ask)
-    held = q.pcie_link_degraded(sel, t.busy_utilization_ratio)
+    held = gpu_queries.pcie_link_degraded(sel, t.busy_utilization_ratio)
     speed = _speed(sel)
     receive = q.pcie_busy_share(sel, "receive", window)
     both = f"({receive}) + on ({GPU_KEY}) ({q.pcie_busy_share(sel, 'transmit', window)})"
@@ -187,7 +189,7 @@ def _pcie(ask: Ask, t: Thresholds, f: Finding) -> Queries:
 
 def _pcie_measured(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     sel, window = ask.scope.gpus_select, _rate_window(ask)
-    held = q.pcie_link_degraded(sel, t.busy_utilization_ratio)
+    held = gpu_queries.pcie_link_degraded(sel, t.busy_utilization_ratio)
     slower = f"(1 - {_speed(sel)})"
     receive = q.pcie_busy_share(sel, "receive", window)
     transmit = q.pcie_busy_share(sel, "transmit", window)
@@ -306,7 +308,7 @@ INTERCONNECT = Method(
 
 def _imbalance(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     s = ask.scope
-    means = q.gpu_utilization_mean(s.gpus_select, s.window)
+    means = gpu_queries.gpu_utilization_mean(s.gpus_select, s.window)
     spread = q.gpu_utilization_spread(s.gpus_select, s.window)
     leader = f"max by (instance) ({means})"
     deficit = f"avg by (instance) ({means}) - min by (instance) ({means})"
@@ -328,7 +330,7 @@ IMBALANCE = Method(
 def _input(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     s, sel = ask.scope, ask.scope.gpus_select
     cut = t.input_bound.busiest_below_ratio
-    busiest = f"max by (instance) ({q.gpu_utilization_mean(sel, '1m')})"
+    busiest = f"max by (instance) ({gpu_queries.gpu_utilization_mean(sel, '1m')})"
     held = q.all_gpus_below(sel, "1m", cut)
 
     def mean(expr: str) -> str:

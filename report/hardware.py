@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries
+from mirrorwatch.alerts.promql import Select
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.alerts.throttling import held
 from mirrorwatch.contract import causes
 from mirrorwatch.contract.labels import GPU_KEY
 from mirrorwatch.contract.metrics import (
@@ -18,6 +20,7 @@ from mirrorwatch.contract.metrics import (
     GPU_PCIE_LINK_WIDTH_MAX,
     GPU_TEMPERATURE_CELSIUS,
 )
+from mirrorwatch.report import queries as q
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
 from mirrorwatch.report.scope import Gpu
 from mirrorwatch.report.words import percent, plural
@@ -37,10 +40,10 @@ def _figures(ask: Ask, gpu: Gpu, wanted: Sequence[tuple[str, str, str]]) -> list
     return [f for f in found if f is not None]
 
 
-def held_back(sel: q.Select, kind: str) -> str:
+def held_back(sel: Select, kind: str) -> str:
     """The GPUs held back for the throttling ``kind`` at each moment (one of causes.THROTTLES):
     the same condition the live cause rules use."""
-    return q.held(causes.cause(kind), sel)
+    return held(causes.cause(kind), sel)
 
 
 def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
@@ -95,7 +98,7 @@ def temperature_headroom(ask: Ask, t: Thresholds) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
     margin = t.GpuTemperatureNearSlowdown.margin_celsius
     share_query = _held(ask, q.near_slowdown(sel, margin))
-    least = q.range_min(q.slowdown_headroom(sel), s.window, s.resolution)
+    least = q.range_min(gpu_queries.slowdown_headroom(sel), s.window, s.resolution)
     hottest = q.range_max(sel(GPU_TEMPERATURE_CELSIUS), s.window, s.resolution)
     shares = ask.by_gpu(share_query)
     findings = []
@@ -132,7 +135,7 @@ def temperature_headroom(ask: Ask, t: Thresholds) -> list[Finding]:
 
 def pcie(ask: Ask, t: Thresholds) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
-    share_query = _held(ask, q.pcie_link_degraded(sel, t.busy_utilization_ratio))
+    share_query = _held(ask, gpu_queries.pcie_link_degraded(sel, t.busy_utilization_ratio))
     shares = ask.by_gpu(share_query)
 
     def lowest(metric: str) -> str:
@@ -230,8 +233,8 @@ def interconnect(ask: Ask) -> list[Finding]:
 
 def gpu_errors(ask: Ask) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
-    xids = q.xid_events(sel, s.window, str(s.seconds))
-    xid_share = _held(ask, f"sum by (instance, gpu) ({q.xid_events(sel, '1m', '60')})")
+    xids = gpu_queries.xid_events(sel, s.window, str(s.seconds))
+    xid_share = _held(ask, f"sum by (instance, gpu) ({gpu_queries.xid_events(sel, '1m', '60')})")
     ecc = q.ecc_uncorrected(sel, s.window)
     lost = _held(ask, q.gpu_lost(sel))
     findings = []

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from mirrorwatch.alerts.queries import Select
+from mirrorwatch.alerts.promql import Select
 from mirrorwatch.contract.metrics import (
     GPU_INFO,
     TRAINING_LAST_PUSH_TIMESTAMP_SECONDS,

@@ -6,7 +6,7 @@ import itertools
 import statistics
 from collections.abc import Sequence
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries
 from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.rules.costs import COST
 from mirrorwatch.alerts.thresholds import Thresholds
@@ -14,6 +14,7 @@ from mirrorwatch.contract.causes import cause
 from mirrorwatch.contract.metrics import (
     UP,
 )
+from mirrorwatch.report import queries as q
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
 from mirrorwatch.report.svg import format_value
 from mirrorwatch.report.words import percent
@@ -30,7 +31,7 @@ def _held(ask: Ask, condition: str) -> str:
 def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
     limit = t.GpuUtilizationImbalance.spread_ratio
-    means_query = q.gpu_utilization_mean(sel, s.window)
+    means_query = gpu_queries.gpu_utilization_mean(sel, s.window)
     spread_query = q.gpu_utilization_spread(sel, s.window)
     share_query = _held(ask, f"{q.gpu_utilization_spread(sel, '1m')} > {num(limit)}")
     deviation_query = q.gpu_utilization_deviation(sel, s.window)
@@ -137,7 +138,7 @@ def input_bound(ask: Ask, t: Thresholds, throttled: bool) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
     cut = t.input_bound.busiest_below_ratio
     share_query = _held(ask, q.all_gpus_below(sel, "1m", cut))
-    means_query = q.gpu_utilization_mean(sel, s.window)
+    means_query = gpu_queries.gpu_utilization_mean(sel, s.window)
     findings = []
     for instance in s.instances:
         share = share_of(ask.by_instance(share_query).get(instance))
