@@ -73,14 +73,14 @@ def nvlink_bytes_per_second(
 ) -> str:
     """Payload bytes per second over all NVLink links of each GPU."""
     traffic = rate(s(NVLINK_BYTES[direction]), window)
-    return f"sum by (instance, gpu) ({traffic})"
+    return f"sum by ({GPU_KEY}) ({traffic})"
 
 
 def nvlink_errors_per_10m(s: Select, window: str) -> str:
     """Replay, recovery and CRC errors of each link, as errors per 10 minutes at the current rate
     (the unit of the GpuNvlinkErrors threshold)."""
     errors = rate(s(GPU_NVLINK_ERRORS_TOTAL), window)
-    return f"sum by (instance, gpu, link) ({errors}) * 600"
+    return f"sum by ({GPU_KEY}, link) ({errors}) * 600"
 
 
 def xid_events(s: Select, window: str, window_seconds: str) -> str:
@@ -95,7 +95,7 @@ def xid_events(s: Select, window: str, window_seconds: str) -> str:
     counter = s(GPU_XID_ERRORS_TOTAL)
     last_event = s(GPU_XID_LAST_EVENT_TIMESTAMP_SECONDS)
     return (
-        f"sum by (instance, gpu, xid) ({increase(counter, window)} > 0 "
+        f"sum by ({GPU_KEY}, xid) ({increase(counter, window)} > 0 "
         f"or 0 * (time() - {last_event} < {window_seconds}) + 1)"
     )
 
@@ -132,7 +132,7 @@ def pcie_link_degraded(s: Select, busy: float) -> str:
     generation = f"{s(GPU_PCIE_LINK_GENERATION)} < {s(GPU_PCIE_LINK_GENERATION_MAX)}"
     return (
         f"(({width}) or ({generation}))\n"
-        f"and on (instance, uuid) {gpu_utilization_mean(s, '1m')} >= {num(busy)}"
+        f"and on ({UUID_KEY}) {gpu_utilization_mean(s, '1m')} >= {num(busy)}"
     )
 
 

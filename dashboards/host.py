@@ -37,6 +37,7 @@ from dashboards.variables import standard_variables
 from dashboards.why import host_causes, why_row
 from mirrorwatch.alerts import training_queries
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.labels import TARGET_KEY
 from mirrorwatch.contract.metrics import (
     EXPORTER_BUILD_INFO,
     EXPORTER_COLLECTOR_DURATION_SECONDS,
@@ -159,7 +160,7 @@ def exporter_row() -> Row:
                 "client bug; stale: late retries; over_limit: too many runs or workers.",
                 [
                     Query(
-                        "sum by (instance, reason) "
+                        f"sum by ({TARGET_KEY}, reason) "
                         f"({increase(HOST(EXPORTER_INGEST_REJECTED_TOTAL))})",
                         "{{instance}} {{reason}}",
                     )

@@ -14,6 +14,7 @@ from mirrorwatch.contract.causes import (
     POWER_CAP_REASONS,
     THERMAL_REASONS,
 )
+from mirrorwatch.contract.labels import GPU_KEY, TARGET_KEY
 from mirrorwatch.contract.metrics import (
     GPU_CLOCK_HERTZ,
     GPU_CLOCK_MAX_HERTZ,
@@ -26,7 +27,7 @@ from mirrorwatch.contract.metrics import (
 )
 from mirrorwatch.report import queries as q
 from mirrorwatch.report.prometheus import Prometheus, Series
-from mirrorwatch.report.scope import Scope
+from mirrorwatch.report.scope import Scope, target_key
 from mirrorwatch.report.svg import (
     SEVERITY_COLORS,
     Band,
@@ -77,7 +78,7 @@ class Charts:
         s = self.scope
         return sorted(
             self.prometheus.range(query, s.start, s.end, s.step),
-            key=lambda x: (x.label("instance"), x.label("gpu"), x.label("reason")),
+            key=lambda x: (*target_key(x.labels), x.label("gpu"), x.label("reason")),
         )
 
     def _lines(
@@ -119,7 +120,7 @@ class Charts:
 
     def utilization(self) -> Chart:
         sel, limit = self.scope.gpus_select, self.t.GpuUtilizationImbalance.spread_ratio
-        mean = f"avg by (instance) ({gpu_queries.gpu_utilization_mean(sel, '1m')})"
+        mean = f"avg by ({TARGET_KEY}) ({gpu_queries.gpu_utilization_mean(sel, '1m')})"
 
         def band(chart: Chart) -> list[Band]:
             return [
@@ -216,7 +217,7 @@ class Charts:
             "bytes",
             [
                 (
-                    f"max by (instance, gpu) ({sel(GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES)})",
+                    f"max by ({GPU_KEY}) ({sel(GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES)})",
                     _gpu,
                     False,
                 )
@@ -284,7 +285,7 @@ class Charts:
         rows = []
         for cause, clock_reasons in causes:
             events = sel(GPU_CLOCKS_EVENT_ACTIVE, throttling.reasons(clock_reasons))
-            query = f"max by (instance, gpu) ({events})"
+            query = f"max by ({GPU_KEY}) ({events})"
             for series in self._range(chart, query):
                 rows.append(Row(f"{_gpu(series)} {cause}", spans(series.points, self.scope.step)))
         rows.sort(key=lambda r: r.label)

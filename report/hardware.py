@@ -22,7 +22,7 @@ from mirrorwatch.contract.metrics import (
 )
 from mirrorwatch.report import queries as q
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
-from mirrorwatch.report.scope import Gpu
+from mirrorwatch.report.scope import GPU_LABELS, Gpu, Key, gpu_key, target_key
 from mirrorwatch.report.words import percent, plural
 
 
@@ -32,7 +32,7 @@ def _held(ask: Ask, condition: str) -> str:
 
 
 def _labels(gpu: Gpu) -> dict[str, str]:
-    return {"instance": gpu.instance, "gpu": gpu.gpu}
+    return gpu.labels
 
 
 def _figures(ask: Ask, gpu: Gpu, wanted: Sequence[tuple[str, str, str]]) -> list[Figure]:
@@ -81,6 +81,7 @@ def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
                     figures,
                     cause.runbook,
                     ("throttle", "clocks", *(("temperature",) if violation == "thermal" else ())),
+                    labels=_labels(gpu),
                 )
             )
     return findings
@@ -128,6 +129,7 @@ def temperature_headroom(ask: Ask, t: Thresholds) -> list[Finding]:
                 figures,
                 causes.cause("temperature_headroom").runbook,
                 ("temperature",),
+                labels=_labels(gpu),
             )
         )
     return findings
@@ -175,6 +177,7 @@ def pcie(ask: Ask, t: Thresholds) -> list[Finding]:
                 figures,
                 causes.cause("pcie_degraded").runbook,
                 ("pcie",),
+                labels=_labels(gpu),
             )
         )
     return findings
@@ -186,17 +189,19 @@ def interconnect(ask: Ask) -> list[Finding]:
     links_query = q.p2p_links(sel, s.window)
     slow = _held(ask, sel(GPU_P2P_LINK_INFO, 'link!="nvlink"'))
     findings = []
-    ours = {g.key for g in s.gpus}
-    seen: set[tuple[str, str, str]] = set()
+    ours = {(g.target, g.gpu) for g in s.gpus}
+    seen: set[tuple[Key, str, str]] = set()
     for row in ask.rows(links_query):
         instance, gpu, peer, link = (
             row.get(k, "") for k in ("instance", "gpu", "peer_gpu", "link")
         )
-        pair = (instance, *sorted((gpu, peer)))
-        if link == "nvlink" or (instance, peer) not in ours or pair in seen:
+        target = target_key(row)
+        pair = (target, *sorted((gpu, peer)))
+        if link == "nvlink" or (target, peer) not in ours or pair in seen:
             continue
         seen.add(pair)
-        figure = ask.figure("share of the range", "ratio", slow, {"instance": instance, "gpu": gpu})
+        labels = {k: row[k] for k in GPU_LABELS if row.get(k)}
+        figure = ask.figure("share of the range", "ratio", slow, labels)
         share = share_of(figure.value if figure else 1.0)
         path = "across CPU sockets (cross-NUMA)" if link == "cross_numa" else f"over {link}"
         findings.append(
@@ -206,9 +211,10 @@ def interconnect(ask: Ask) -> list[Finding]:
                 instance,
                 share,
                 f"GPUs {pair[1]} and {pair[2]} have no NVLink: their all-reduce goes {path}.",
-                [Figure(f"link to GPU {peer}", 1.0, link, links_query, {"gpu": gpu, "link": link})]
+                [Figure(f"link to GPU {peer}", 1.0, link, links_query, {**labels, "link": link})]
                 + ([figure] if figure else []),
                 causes.cause("interconnect").runbook,
+                labels=labels,
             )
         )
     down_query = _held(ask, f"max by ({GPU_KEY}) ({q.nvlink_down(sel)})")
@@ -226,6 +232,7 @@ def interconnect(ask: Ask) -> list[Finding]:
                     "of the range: its peer traffic fell back to PCIe.",
                     [figure],
                     causes.cause("interconnect").runbook,
+                    labels=_labels(gpu),
                 )
             )
     return findings
@@ -234,12 +241,12 @@ def interconnect(ask: Ask) -> list[Finding]:
 def gpu_errors(ask: Ask) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
     xids = gpu_queries.xid_events(sel, s.window, str(s.seconds))
-    xid_share = _held(ask, f"sum by (instance, gpu) ({gpu_queries.xid_events(sel, '1m', '60')})")
+    xid_share = _held(ask, f"sum by ({GPU_KEY}) ({gpu_queries.xid_events(sel, '1m', '60')})")
     ecc = q.ecc_uncorrected(sel, s.window)
     lost = _held(ask, q.gpu_lost(sel))
     findings = []
     for gpu in s.gpus:
-        events = [r for r in ask.rows(xids) if (r.get("instance"), r.get("gpu")) == gpu.key]
+        events = [r for r in ask.rows(xids) if gpu_key(r) == gpu.key]
         if events:
             share = ask.figure("share of the range", "ratio", xid_share, _labels(gpu))
             figures = [
@@ -263,6 +270,7 @@ def gpu_errors(ask: Ask) -> list[Finding]:
                     + " during the range.",
                     figures + ([share] if share else []),
                     runbook("GpuXidError"),
+                    labels=_labels(gpu),
                 )
             )
         ecc_figure = ask.figure("uncorrectable ECC errors", "errors", ecc, _labels(gpu))
@@ -277,6 +285,7 @@ def gpu_errors(ask: Ask) -> list[Finding]:
                     f"{plural(round(ecc_figure.value), 'uncorrectable ECC error')}.",
                     [ecc_figure],
                     runbook("GpuEccUncorrectable"),
+                    labels=_labels(gpu),
                 )
             )
         lost_figure = ask.figure("share of the range", "ratio", lost, _labels(gpu))
@@ -292,6 +301,7 @@ def gpu_errors(ask: Ask) -> list[Finding]:
                     "of the range.",
                     [lost_figure],
                     runbook("GpuLost"),
+                    labels=_labels(gpu),
                 )
             )
     return findings

@@ -40,7 +40,7 @@ def foreign_processes(ask: Ask) -> list[Finding]:
         share = share_of(shares.get(gpu.key))
         if share <= 0:
             continue
-        labels = {"instance": gpu.instance, "gpu": gpu.gpu}
+        labels = gpu.labels
         wanted = [
             ("share of the range", "ratio", share_query),
             ("most foreign processes at once", "processes", most),
@@ -65,6 +65,7 @@ def foreign_processes(ask: Ask) -> list[Finding]:
                 figures,
                 cause("foreign_process").runbook,
                 ("foreign", "utilization"),
+                labels=gpu.labels,
             )
         )
     return findings

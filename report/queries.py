@@ -15,7 +15,7 @@ from mirrorwatch.alerts.fragments import num
 from mirrorwatch.alerts.gpu_queries import PCIE_LINK, gpu_utilization_mean, slowdown_headroom
 from mirrorwatch.alerts.promql import Select, increase, spread
 from mirrorwatch.alerts.training_queries import communication_share, seconds_since_last_push
-from mirrorwatch.contract.labels import GPU_KEY, RUN_KEY, UUID_KEY, WORKER_KEY
+from mirrorwatch.contract.labels import GPU_KEY, RUN_KEY, TARGET_KEY, UUID_KEY, WORKER_KEY
 from mirrorwatch.contract.metrics import (
     GPU_ECC_ERRORS_TOTAL,
     GPU_NVLINK_UP,
@@ -54,13 +54,13 @@ def held_share(condition: str, window: str, step: str, steps: int) -> str:
 def gpu_utilization_spread(s: Select, window: str) -> str:
     """Highest minus lowest ``window``-mean utilisation of the selected GPUs of each host,
     rounded like the spread rules."""
-    return f"round({spread(gpu_utilization_mean(s, window), 'instance')}, 0.0001)"
+    return f"round({spread(gpu_utilization_mean(s, window), TARGET_KEY)}, 0.0001)"
 
 
 def gpu_utilization_deviation(s: Select, window: str) -> str:
     """Each GPU's ``window``-mean utilisation minus the mean over the selected GPUs."""
     mean = gpu_utilization_mean(s, window)
-    return f"{mean} - on (instance) group_left () avg by (instance) ({mean})"
+    return f"{mean} - on ({TARGET_KEY}) group_left () avg by ({TARGET_KEY}) ({mean})"
 
 
 def throttled_seconds(s: Select, violation: str, window: str) -> str:
@@ -76,9 +76,7 @@ def near_slowdown(s: Select, margin_celsius: float) -> str:
 
 def p2p_links(s: Select, window: str) -> str:
     """How each selected GPU reaches each peer, as the exporter saw it during ``window``."""
-    return (
-        f"max by (instance, gpu, peer_gpu, link) (max_over_time({s(GPU_P2P_LINK_INFO)}[{window}]))"
-    )
+    return f"max by ({GPU_KEY}, peer_gpu, link) (max_over_time({s(GPU_P2P_LINK_INFO)}[{window}]))"
 
 
 def nvlink_down(s: Select) -> str:
@@ -92,12 +90,12 @@ def gpu_lost(s: Select) -> str:
 def ecc_uncorrected(s: Select, window: str) -> str:
     """Uncorrectable ECC errors counted during ``window``, where there were any."""
     counter = s(GPU_ECC_ERRORS_TOTAL, 'type="uncorrected"')
-    return f"sum by (instance, gpu) ({increase(counter, window)}) > 0"
+    return f"sum by ({GPU_KEY}) ({increase(counter, window)}) > 0"
 
 
 def all_gpus_below(s: Select, window: str, ratio: float) -> str:
     """Each host at moments when even its busiest selected GPU is below ``ratio`` busy."""
-    return f"max by (instance) ({gpu_utilization_mean(s, window)}) < {num(ratio)}"
+    return f"max by ({TARGET_KEY}) ({gpu_utilization_mean(s, window)}) < {num(ratio)}"
 
 
 def training_steps(s: Select, window: str) -> str:
