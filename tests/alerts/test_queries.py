@@ -3,10 +3,13 @@ selectors chosen by the reader."""
 
 from __future__ import annotations
 
-from mirrorwatch.alerts import gpu_queries, promql, throttling
+import re
+
+from mirrorwatch.alerts import gpu_queries, promql, recorded, throttling
 from mirrorwatch.alerts.promql import RULES, Select
 from mirrorwatch.contract.causes import POWER_CAP_REASONS, THERMAL_REASONS
-from tests.alerts.tools import alert_rules
+from tests.alerts.tools import RULES as RULE_FILE
+from tests.alerts.tools import alert_rules, load_yaml
 
 
 def test_a_select_adds_its_matchers_to_every_selector() -> None:
@@ -50,3 +53,12 @@ def test_the_lagging_gpu_fragment_is_written_once_and_used_by_three_alerts() -> 
     fragment = promql.labels_of_extreme("s", "run", "min")
     assert fragment.splitlines()[0] == "+ on (run) group_right ()"
     assert "min by (run) (s)" in fragment
+
+
+def test_the_recorded_names_module_holds_recorded_names_only_each_recorded() -> None:
+    names = {k: v for k, v in vars(recorded).items() if not k.startswith("_") and k.isupper()}
+    assert names, "mirrorwatch.alerts.recorded names the recording rules' series"
+    assert all(isinstance(v, str) and re.fullmatch(r"\w+:\w+:\w+", v) for v in names.values())
+    groups = load_yaml(RULE_FILE)["groups"]
+    records = {rule["record"] for group in groups for rule in group["rules"] if "record" in rule}
+    assert set(names.values()) <= records, set(names.values()) - records
