@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mirrorwatch.alerts.thresholds import load_thresholds
-from mirrorwatch.report import hardware, workload
+from mirrorwatch.report import hardware, page, workload
 from mirrorwatch.report.evidence import Ask
 from mirrorwatch.report.prometheus import Prometheus, Series
 from mirrorwatch.report.scope import Gpu, Scope
@@ -60,6 +60,8 @@ def test_throttling_names_the_gpu_0_of_the_host_that_throttled() -> None:
     assert all(f.share == 0.5 for f in findings)
     for finding in findings:
         assert {fig.labels["host"] for fig in finding.figures} == {"gpu-b"}
+    html = page._finding(1, findings[0], {}, "docs/runbook.md")
+    assert f"GPU 0 on {INSTANCE} (host gpu-b)" in html
 
 
 def test_an_imbalance_is_measured_within_one_host() -> None:
