@@ -2,7 +2,7 @@
 
 mirrorwatch.alerts.alertmanager writes them into alerts/alertmanager.yml, its Slack/e-mail example
 and the compose stack's prometheus/alertmanager.yml. The `equal` lists are the label keys of
-mirrorwatch.alerts.queries, so an inhibition keeps hosts behind agents apart exactly as the rules
+mirrorwatch.contract.labels, so an inhibition keeps hosts behind agents apart exactly as the rules
 do; where a rule is about causes, its alerts and their order come from mirrorwatch.contract.causes.
 
 An inhibition hides a notification, so each one here silences only what says nothing its source

@@ -3,7 +3,7 @@
 Written as Prometheus's template engine reads them; «name» marks where a fragment goes in.
 
 Every lookup finds its series by the labels the alert's rule grouped by (a key of
-mirrorwatch.alerts.queries), all of them: behind per-host agents two hosts may share `instance`
+mirrorwatch.contract.labels), all of them: behind per-host agents two hosts may share `instance`
 (localhost:9848) and differ only in `host`, so a lookup by `instance` alone would quote the
 other host's value. An alert without `cluster` or `host` looks them up as "", which is how
 PromQL matches a label that is absent (https://prometheus.io/docs/prometheus/latest/querying/basics/
@@ -14,7 +14,7 @@ the specific label set at all"), so the same text serves one Prometheus and a fl
 from __future__ import annotations
 
 from mirrorwatch.alerts.fragments import fill
-from mirrorwatch.alerts.queries import ACTIVE_REPLICA
+from mirrorwatch.alerts.recorded import ACTIVE_REPLICA
 from mirrorwatch.contract.labels import RUN_KEY, TARGET_KEY, UUID_KEY, WORKER_KEY
 
 # The host as people know it: the agent's `host` label where there is one, else the address.

@@ -3,7 +3,7 @@
 Read by the cause recording rules and the imbalance alert's text (mirrorwatch.alerts.rules.causes),
 the run report (its kinds, their order and titles), the dashboards' "Why" panel, the doctor and
 the simulator. The PromQL of each cause's condition is the query catalog's
-(mirrorwatch.alerts.queries.held), so this table stays plain data. The order
+(mirrorwatch.alerts.throttling.held), so this table stays plain data. The order
 of CAUSES is the precedence: most important first. What breaks a GPU, then what slows one down
 (a process that is not the run's taking its SMs too), then what that causes (an imbalance is
 usually the symptom of one of the above), then what only warns.

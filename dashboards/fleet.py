@@ -29,7 +29,7 @@ from dashboards.panels import (
 )
 from dashboards.selectors import GPU, HOST, RUN, firing_alerts
 from dashboards.variables import standard_variables
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import firing, gpu_queries, throttling
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.causes import SLOWDOWN_REASONS
 from mirrorwatch.contract.labels import TARGET_KEY
@@ -49,7 +49,7 @@ TITLE = "Fleet"
 # labels, deploy/fleet/) tell hosts apart whose exporters are all `localhost:9848`. On a
 # single-host Prometheus both are absent and the rows are the same.
 PER_HOST = f"by ({TARGET_KEY})"
-SLOWDOWN = q.reasons(SLOWDOWN_REASONS)
+SLOWDOWN = throttling.reasons(SLOWDOWN_REASONS)
 HAS_INSTANCE = 'instance!=""'
 
 
@@ -89,11 +89,11 @@ def hosts_table(t: Thresholds) -> Any:
         f"avg {PER_HOST} ({util})",
         f"max {PER_HOST} ({util})",
         f"max {PER_HOST} ({GPU(GPU_TEMPERATURE_CELSIUS)})",
-        f"min {PER_HOST} ({q.slowdown_headroom(GPU)})",
+        f"min {PER_HOST} ({gpu_queries.slowdown_headroom(GPU)})",
         f"max {PER_HOST} ({GPU(GPU_CLOCKS_EVENT_ACTIVE, SLOWDOWN)})",
         # Alerts of a host only: Watchdog (and an absent exporter) name no instance, and would
         # make a row of their own.
-        or_zero(f"count {PER_HOST} ({q.firing_alerts(HOST, HAS_INSTANCE)})"),
+        or_zero(f"count {PER_HOST} ({firing.firing_alerts(HOST, HAS_INSTANCE)})"),
         or_zero(f"count {PER_HOST} ({RUN(TRAINING_ACTIVE)} == 1)"),
     ]
     return table_panel(

@@ -35,8 +35,9 @@ from dashboards.panels import (
 from dashboards.selectors import GPU, HOST, RUN, firing_alerts, increase
 from dashboards.variables import standard_variables
 from dashboards.why import host_causes, why_row
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import training_queries
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.contract.labels import TARGET_KEY
 from mirrorwatch.contract.metrics import (
     EXPORTER_BUILD_INFO,
     EXPORTER_COLLECTOR_DURATION_SECONDS,
@@ -102,7 +103,7 @@ def overview_row(t: Thresholds) -> Row:
                     "model and strategy, and whether each worker is still active (0 after "
                     "MIRRORWATCH_RUN_TTL without a push). Open one in Training balance.",
                     "none",
-                    [instant_table(q.training_runs(RUN))],
+                    [instant_table(training_queries.training_runs(RUN))],
                     width=24,
                     height=5,
                     transformations=[
@@ -159,7 +160,7 @@ def exporter_row() -> Row:
                 "client bug; stale: late retries; over_limit: too many runs or workers.",
                 [
                     Query(
-                        "sum by (instance, reason) "
+                        f"sum by ({TARGET_KEY}, reason) "
                         f"({increase(HOST(EXPORTER_INGEST_REJECTED_TOTAL))})",
                         "{{instance}} {{reason}}",
                     )

@@ -8,7 +8,7 @@ from dashboards.kinds import against_limit, amount_series, ratio_series, reasons
 from dashboards.layout import Row
 from dashboards.panels import Query
 from dashboards.selectors import GPU, PER_GPU, RATE_INTERVAL
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries, throttling
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.metrics import (
     GPU_CLOCK_HERTZ,
@@ -55,7 +55,7 @@ def utilisation_row(t: Thresholds) -> Row:
                 f"for {memory.hold_in_words}: GpuMemoryNearlyFull. TensorFlow reserves nearly "
                 "all memory up front, so for a training GPU the Training balance dashboard's "
                 "Replica memory is the truer figure.",
-                [per_gpu(q.memory_used_ratio(GPU))],
+                [per_gpu(gpu_queries.memory_used_ratio(GPU))],
                 limit=(memory.used_ratio, "red"),
                 fill_opacity=10,
             ),
@@ -133,7 +133,7 @@ def thermal_row(t: Thresholds) -> Row:
                 "it misses no spike between scrapes. Compare GPUs doing the same work: one "
                 "using less is doing less.",
                 "kwatt",
-                [per_gpu(q.energy_kwh_per_hour(GPU, RATE_INTERVAL))],
+                [per_gpu(gpu_queries.energy_kwh_per_hour(GPU, RATE_INTERVAL))],
                 fill_opacity=10,
             ),
             clock_panel(
@@ -173,7 +173,7 @@ def throttle_row(t: Thresholds) -> Row:
                 "blip shows here without paging); power above "
                 f"the {power.throttled_fraction:g} line for {power.hold_in_words} is "
                 "GpuPowerCapped. low_utilization is idle time, not a fault.",
-                [per_gpu(q.throttle_fraction(GPU, RATE_INTERVAL), "{{reason}}")],
+                [per_gpu(throttling.throttle_fraction(GPU, RATE_INTERVAL), "{{reason}}")],
                 width=12,
                 height=12,
                 limit=(power.throttled_fraction, "orange"),

@@ -15,7 +15,7 @@ from dashboards.panels import (
     table_panel,
 )
 from dashboards.selectors import GPU, RATE_INTERVAL, RATE_INTERVAL_SECONDS, increase, rate
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.metrics import (
     GPU_ECC_ERRORS_TOTAL,
@@ -47,8 +47,8 @@ def links_row(t: Thresholds) -> Row:
                     "generation on purpose to save power.",
                     "percentunit",
                     [
-                        per_gpu(q.pcie_link_ratio(GPU, "width"), "width"),
-                        per_gpu(q.pcie_link_ratio(GPU, "generation"), "generation"),
+                        per_gpu(gpu_queries.pcie_link_ratio(GPU, "width"), "width"),
+                        per_gpu(gpu_queries.pcie_link_ratio(GPU, "generation"), "generation"),
                     ],
                     width=6,
                     thresholds=GREEN_FROM_ONE,
@@ -102,7 +102,10 @@ def links_row(t: Thresholds) -> Row:
                 "All-reduce traffic of a data-parallel run: GPUs of one run should match.",
                 "Bps",
                 [
-                    per_gpu(q.nvlink_bytes_per_second(GPU, direction, RATE_INTERVAL), direction)
+                    per_gpu(
+                        gpu_queries.nvlink_bytes_per_second(GPU, direction, RATE_INTERVAL),
+                        direction,
+                    )
                     for direction in ("transmit", "receive")
                 ],
             ),
@@ -111,7 +114,7 @@ def links_row(t: Thresholds) -> Row:
                 "Replay, recovery and CRC errors of each NVLink link, as errors per 10 "
                 f"minutes at the current rate. Above {errors.errors_per_10m:g} for "
                 f"{errors.hold_in_words}: GpuNvlinkErrors; re-seat or replace the bridge.",
-                [per_gpu(q.nvlink_errors_per_10m(GPU, RATE_INTERVAL), "link {{link}}")],
+                [per_gpu(gpu_queries.nvlink_errors_per_10m(GPU, RATE_INTERVAL), "link {{link}}")],
                 alarm=(errors.errors_per_10m, "red"),
                 threshold_style=ThresholdStyle.DASHED,
             ),
@@ -129,7 +132,12 @@ def errors_row(t: Thresholds) -> Row:
                 "XID events the driver reported per interval, by XID code. "
                 f"{critical} need attention now (critical GpuXidError); 13, 31, 43 are usually "
                 "the application. Empty on a healthy host.",
-                [per_gpu(q.xid_events(GPU, RATE_INTERVAL, RATE_INTERVAL_SECONDS), "XID {{xid}}")],
+                [
+                    per_gpu(
+                        gpu_queries.xid_events(GPU, RATE_INTERVAL, RATE_INTERVAL_SECONDS),
+                        "XID {{xid}}",
+                    )
+                ],
             ),
             event_counts(
                 "ECC errors",

@@ -43,7 +43,7 @@ from dashboards.selectors import (
 )
 from dashboards.variables import RUN_GPUS_QUERY, standard_variables
 from dashboards.why import run_causes, why_row
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import firing, recorded, training_queries
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.metrics import (
     GPU_CLOCKS_EVENT_ACTIVE,
@@ -63,8 +63,8 @@ GREEN = {"mode": "fixed", "fixedColor": "green"}
 
 # Spread and mean over the selected GPUs of the run, from the same per-GPU recording rule the
 # GpuUtilizationImbalance alert reads (the rule's run-wide series carry no job/instance).
-RUN_MEAN = q.run_mean_utilization(RUN_GPU)
-RUN_SPREAD = q.run_utilization_spread(RUN_GPU)
+RUN_MEAN = training_queries.run_mean_utilization(RUN_GPU)
+RUN_SPREAD = training_queries.run_utilization_spread(RUN_GPU)
 
 
 def throughput_row(t: Thresholds) -> Row:
@@ -81,9 +81,9 @@ def throughput_row(t: Thresholds) -> Row:
                 "reasons.",
                 "short",
                 [
-                    Query(q.examples_per_second(RUN), "{{run}} reported"),
+                    Query(training_queries.examples_per_second(RUN), "{{run}} reported"),
                     Query(
-                        q.examples_per_second_from_counter(RUN, RATE_INTERVAL),
+                        training_queries.examples_per_second_from_counter(RUN, RATE_INTERVAL),
                         "{{run}} from counter",
                     ),
                 ],
@@ -97,7 +97,7 @@ def throughput_row(t: Thresholds) -> Row:
                 "means a stalled run (TrainingStalled): a hung collective or a blocked input "
                 "pipeline.",
                 "short",
-                [Query(q.steps_per_second(RUN, RATE_INTERVAL), PER_WORKER)],
+                [Query(training_queries.steps_per_second(RUN, RATE_INTERVAL), PER_WORKER)],
                 width=6,
                 fill_opacity=10,
                 axis_label="steps/s",
@@ -110,7 +110,7 @@ def throughput_row(t: Thresholds) -> Row:
                 "s",
                 [
                     Query(
-                        q.step_time_quantile(RUN, quantile, RATE_INTERVAL),
+                        training_queries.step_time_quantile(RUN, quantile, RATE_INTERVAL),
                         f"p{round(quantile * 100)}",
                     )
                     for quantile in (0.5, 0.95, 0.99)
@@ -125,7 +125,7 @@ def throughput_row(t: Thresholds) -> Row:
                     f"{stale:g} s (TrainingTelemetryStale): the worker died, hangs, or cannot "
                     "reach the exporter.",
                     "s",
-                    [Query(q.seconds_since_last_push(RUN), PER_WORKER)],
+                    [Query(training_queries.seconds_since_last_push(RUN), PER_WORKER)],
                     width=6,
                     thresholds=steps((None, "green"), (stale, "red")),
                 )
@@ -148,7 +148,7 @@ def balance_row(t: Thresholds) -> Row:
                 "waits for the slowest replica: a GPU below the band holds the whole run "
                 "back (GpuUtilizationImbalance).",
                 [
-                    Query(RUN_GPU(q.RUN_GPU_UTIL), PER_GPU),
+                    Query(RUN_GPU(recorded.RUN_GPU_UTIL), PER_GPU),
                     Query(RUN_MEAN, "run mean"),
                     Query(f"{RUN_MEAN} + {spread:g}", f"mean + {pp}"),
                     Query(f"{RUN_MEAN} - {spread:g}", f"mean - {pp}"),
@@ -178,7 +178,7 @@ def balance_row(t: Thresholds) -> Row:
                     "rule run_gpu:mirrorwatch_gpu_utilization_ratio:deviation1m). The GPU far "
                     f"below zero, outside ±{pp}, is the one the run waits for.",
                     "percentunit",
-                    [Query(RUN_GPU(q.RUN_GPU_DEVIATION), PER_GPU)],
+                    [Query(RUN_GPU(recorded.RUN_GPU_DEVIATION), PER_GPU)],
                     thresholds=steps((None, "red"), (-spread, "green"), (spread, "red")),
                 ),
                 threshold_style=ThresholdStyle.DASHED,
@@ -215,8 +215,8 @@ def sharing_row(t: Thresholds) -> Row:
                 "source=sm_activity): it shows a starved replica that utilisation hides. "
                 "Empty on GPUs without GPM.",
                 [
-                    Query(RUN_GPU(q.RUN_GPU_SM_ACTIVITY), f"{PER_GPU} SM activity"),
-                    Query(RUN_GPU(q.RUN_GPU_UTIL), f"{PER_GPU} utilisation"),
+                    Query(RUN_GPU(recorded.RUN_GPU_SM_ACTIVITY), f"{PER_GPU} SM activity"),
+                    Query(RUN_GPU(recorded.RUN_GPU_UTIL), f"{PER_GPU} utilisation"),
                 ],
             ),
             amount_series(
@@ -243,7 +243,7 @@ def sharing_row(t: Thresholds) -> Row:
 def scaling_row(t: Thresholds) -> Row:
     efficiency = t.TrainingScalingEfficiencyLow
     target = efficiency.efficiency_ratio
-    replicas = q.replicas(RUN)
+    replicas = training_queries.replicas(RUN)
     return Row(
         "Scaling",
         [
@@ -363,7 +363,7 @@ def alerts_row() -> Row:
                 "Alerts firing now for this run: its own (imbalance, stalled, throughput, "
                 "efficiency, stale telemetry) and those of the GPUs it runs on. Empty is "
                 "good. Each alert's runbook_url explains what to check.",
-                q.run_alerts(HOST, RUN_MATCHER),
+                firing.run_alerts(HOST, RUN_MATCHER),
                 width=24,
                 height=6,
                 hide=["alertstate", "job"],
@@ -396,6 +396,6 @@ def dashboard(t: Thresholds) -> dict[str, Any]:
                 dashboard_link("GPU host", GPU_HOST_UID, "Every GPU of the selected host(s)"),
                 dashboard_link("Fleet", FLEET_UID, "All hosts at a glance"),
             ],
-            alert_annotation=q.run_alerts(HOST, RUN_MATCHER),
+            alert_annotation=firing.run_alerts(HOST, RUN_MATCHER),
         )
     )

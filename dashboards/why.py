@@ -12,7 +12,7 @@ from grafana_foundation_sdk.models import dashboard as models
 
 from dashboards.layout import Row
 from dashboards.panels import PanelSpec, instant_table, organize, table_panel
-from mirrorwatch.alerts.queries import Select
+from mirrorwatch.alerts.promql import Select
 from mirrorwatch.alerts.rules import causes as rules
 from mirrorwatch.alerts.rules.costs import COST_5M
 from mirrorwatch.contract.causes import CAUSES, LIVE, cause

@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import firing, gpu_queries, throttling, training_queries
 from mirrorwatch.alerts.fragments import num
+from mirrorwatch.alerts.promql import RULES
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.causes import (
     HARDWARE_SLOWDOWN_REASONS,
     POWER_CAP_REASONS,
     THERMAL_REASONS,
 )
+from mirrorwatch.contract.labels import GPU_KEY, TARGET_KEY
 from mirrorwatch.contract.metrics import (
     GPU_CLOCK_HERTZ,
     GPU_CLOCK_MAX_HERTZ,
@@ -23,8 +25,9 @@ from mirrorwatch.contract.metrics import (
     GPU_TEMPERATURE_CELSIUS,
     GPU_TEMPERATURE_THRESHOLD_CELSIUS,
 )
+from mirrorwatch.report import queries as q
 from mirrorwatch.report.prometheus import Prometheus, Series
-from mirrorwatch.report.scope import Scope
+from mirrorwatch.report.scope import Scope, target_key
 from mirrorwatch.report.svg import (
     SEVERITY_COLORS,
     Band,
@@ -75,7 +78,7 @@ class Charts:
         s = self.scope
         return sorted(
             self.prometheus.range(query, s.start, s.end, s.step),
-            key=lambda x: (x.label("instance"), x.label("gpu"), x.label("reason")),
+            key=lambda x: (*target_key(x.labels), x.label("gpu"), x.label("reason")),
         )
 
     def _lines(
@@ -117,7 +120,7 @@ class Charts:
 
     def utilization(self) -> Chart:
         sel, limit = self.scope.gpus_select, self.t.GpuUtilizationImbalance.spread_ratio
-        mean = f"avg by (instance) ({q.gpu_utilization_mean(sel, '1m')})"
+        mean = f"avg by ({TARGET_KEY}) ({gpu_queries.gpu_utilization_mean(sel, '1m')})"
 
         def band(chart: Chart) -> list[Band]:
             return [
@@ -135,7 +138,7 @@ class Charts:
             "1-minute mean utilisation; the band is the mean "
             f"±{format_value(limit, 'points')} (percentage points).",
             "ratio",
-            [(q.gpu_utilization_mean(sel, "1m"), _gpu, False)],
+            [(gpu_queries.gpu_utilization_mean(sel, "1m"), _gpu, False)],
             band,
         )
 
@@ -214,7 +217,7 @@ class Charts:
             "bytes",
             [
                 (
-                    f"max by (instance, gpu) ({sel(GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES)})",
+                    f"max by ({GPU_KEY}) ({sel(GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES)})",
                     _gpu,
                     False,
                 )
@@ -228,11 +231,11 @@ class Charts:
             "Examples per second",
             "As the trainer reports it; dashed: the mean over the range, from its example counter.",
             "per_second",
-            [(q.examples_per_second(run), lambda s: "reported", False)],
+            [(training_queries.examples_per_second(run), lambda s: "reported", False)],
         )
         # A rate over a sliding window understates the run's first minute: the range's own
         # mean (the headline's figure) is the fairer reference.
-        mean_query = q.examples_per_second_from_counter(run, s.window)
+        mean_query = training_queries.examples_per_second_from_counter(run, s.window)
         chart.queries.append(mean_query)
         answer = self.prometheus.instant(mean_query, s.end)
         if answer and chart.lines:
@@ -249,8 +252,16 @@ class Charts:
             f"Median and 90th percentile over {self.rate_window}, from the step histogram.",
             "seconds",
             [
-                (q.step_time_quantile(run, 0.5, self.rate_window), lambda s: "median", False),
-                (q.step_time_quantile(run, 0.9, self.rate_window), lambda s: "p90", False),
+                (
+                    training_queries.step_time_quantile(run, 0.5, self.rate_window),
+                    lambda s: "median",
+                    False,
+                ),
+                (
+                    training_queries.step_time_quantile(run, 0.9, self.rate_window),
+                    lambda s: "p90",
+                    False,
+                ),
             ],
         )
 
@@ -273,9 +284,8 @@ class Charts:
         )
         rows = []
         for cause, clock_reasons in causes:
-            query = (
-                f"max by (instance, gpu) ({sel(GPU_CLOCKS_EVENT_ACTIVE, q.reasons(clock_reasons))})"
-            )
+            events = sel(GPU_CLOCKS_EVENT_ACTIVE, throttling.reasons(clock_reasons))
+            query = f"max by ({GPU_KEY}) ({events})"
             for series in self._range(chart, query):
                 rows.append(Row(f"{_gpu(series)} {cause}", spans(series.points, self.scope.step)))
         rows.sort(key=lambda r: r.label)
@@ -288,8 +298,8 @@ class Charts:
             "Firing alerts on the run or its GPUs; Watchdog shows the alerting pipeline was up.",
         )
         s = self.scope
-        own = q.run_alerts(s.host, f'run="{s.run}"') if s.run else q.firing_alerts(s.host)
-        watchdog = q.firing_alerts(q.RULES, 'alertname="Watchdog"')
+        own = firing.run_alerts(s.host, f'run="{s.run}"') if s.run else firing.firing_alerts(s.host)
+        watchdog = firing.firing_alerts(RULES, 'alertname="Watchdog"')
         query = f"{own} or {watchdog}"
         rows = []
         for series in self._range(chart, query):

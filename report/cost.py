@@ -19,16 +19,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries
 from mirrorwatch.alerts.fragments import num
+from mirrorwatch.alerts.promql import Select
 from mirrorwatch.alerts.rules.costs import COST, COST_5M, COSTED_KINDS
 from mirrorwatch.alerts.thresholds import Thresholds
-from mirrorwatch.contract.labels import GPU_KEY, UUID_KEY
+from mirrorwatch.contract.labels import GPU_KEY, TARGET_KEY, UUID_KEY
 from mirrorwatch.contract.metrics import (
     GPU_P2P_LINK_INFO,
 )
+from mirrorwatch.report import queries as q
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook
 from mirrorwatch.report.hardware import held_back
+from mirrorwatch.report.scope import Key, labels_of
 
 LOST = "throughput lost"
 LOW = "throughput lost, low bound"
@@ -89,7 +92,7 @@ class Method:
     assumes: str
     estimate: Estimate | None = None
     # The labels that pick the finding's series in the answers: its GPU's, or (a finding of
-    # the whole host) its instance's.
+    # the whole host) its target's.
     per_gpu: bool = True
     # Costs nothing by its nature (no estimate needed): 0, 0..0.
     free: bool = False
@@ -101,8 +104,10 @@ class Method:
 
 
 def _key(finding: Finding, per_gpu: bool) -> dict[str, str]:
-    labels = {"instance": finding.instance or ""}
-    return labels | ({"gpu": finding.gpu} if per_gpu and finding.gpu is not None else {})
+    labels = finding.labels or {"instance": finding.instance or ""}
+    if per_gpu:
+        return dict(labels) | ({"gpu": finding.gpu} if finding.gpu is not None else {})
+    return labels_of(finding.target)
 
 
 def _held(ask: Ask, expr: str, condition: str) -> str:
@@ -125,7 +130,7 @@ def _one_step_longer(ask: Ask, expr: str, condition: str) -> str:
 def _clock(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     sel = ask.scope.gpus_select
     held = held_back(sel, f.kind)
-    ratio = q.sm_clock_ratio(sel)
+    ratio = gpu_queries.sm_clock_ratio(sel)
     # Compute-bound, a step takes 1/r as long at clock ratio r: r of the throughput is left.
     lost = f"1 - ({ratio})"
     # Half of each step memory- or communication-bound: it takes (1/r + 1) / 2 as long.
@@ -149,7 +154,7 @@ CLOCK = Method(
 # --- links ----------------------------------------------------------------------------------
 
 
-def _speed(sel: q.Select) -> str:
+def _speed(sel: Select) -> str:
     """Each GPU's PCIe link speed now over its maximum's (generation and width together)."""
     return (
         f"({q.pcie_link_bytes_per_second(sel)}) / on ({GPU_KEY}) "
@@ -157,7 +162,7 @@ def _speed(sel: q.Select) -> str:
     )
 
 
-def _over_pcie(sel: q.Select) -> str:
+def _over_pcie(sel: Select) -> str:
     """The GPUs that reach a peer without NVLink: their all-reduce crosses their PCIe link."""
     pairs = sel(GPU_P2P_LINK_INFO, 'link!="nvlink"')
     return f"max by ({GPU_KEY}) ({pairs})"
@@ -172,7 +177,7 @@ def _measured_share(ask: Ask, on: str) -> str:
 
 def _pcie(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     sel, window = ask.scope.gpus_select, _rate_window(ask)
-    held = q.pcie_link_degraded(sel, t.busy_utilization_ratio)
+    held = gpu_queries.pcie_link_degraded(sel, t.busy_utilization_ratio)
     speed = _speed(sel)
     receive = q.pcie_busy_share(sel, "receive", window)
     both = f"({receive}) + on ({GPU_KEY}) ({q.pcie_busy_share(sel, 'transmit', window)})"
@@ -187,7 +192,7 @@ def _pcie(ask: Ask, t: Thresholds, f: Finding) -> Queries:
 
 def _pcie_measured(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     sel, window = ask.scope.gpus_select, _rate_window(ask)
-    held = q.pcie_link_degraded(sel, t.busy_utilization_ratio)
+    held = gpu_queries.pcie_link_degraded(sel, t.busy_utilization_ratio)
     slower = f"(1 - {_speed(sel)})"
     receive = q.pcie_busy_share(sel, "receive", window)
     transmit = q.pcie_busy_share(sel, "transmit", window)
@@ -306,10 +311,10 @@ INTERCONNECT = Method(
 
 def _imbalance(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     s = ask.scope
-    means = q.gpu_utilization_mean(s.gpus_select, s.window)
+    means = gpu_queries.gpu_utilization_mean(s.gpus_select, s.window)
     spread = q.gpu_utilization_spread(s.gpus_select, s.window)
-    leader = f"max by (instance) ({means})"
-    deficit = f"avg by (instance) ({means}) - min by (instance) ({means})"
+    leader = f"max by ({TARGET_KEY}) ({means})"
+    deficit = f"avg by ({TARGET_KEY}) ({means}) - min by ({TARGET_KEY}) ({means})"
     return Queries(spread, deficit, f"clamp_max({spread} / {leader}, 1)")
 
 
@@ -328,11 +333,11 @@ IMBALANCE = Method(
 def _input(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     s, sel = ask.scope, ask.scope.gpus_select
     cut = t.input_bound.busiest_below_ratio
-    busiest = f"max by (instance) ({q.gpu_utilization_mean(sel, '1m')})"
+    busiest = f"max by ({TARGET_KEY}) ({gpu_queries.gpu_utilization_mean(sel, '1m')})"
     held = q.all_gpus_below(sel, "1m", cut)
 
     def mean(expr: str) -> str:
-        return q.held_sum(expr, held, s.window, s.resolution, s.steps, key="instance")
+        return q.held_sum(expr, held, s.window, s.resolution, s.steps, key=TARGET_KEY)
 
     lost = mean(f"1 - {busiest}")
     return Queries(lost, mean(f"clamp_min(1 - {busiest} / {num(cut)}, 0)"), lost)
@@ -370,8 +375,8 @@ GPU_ERROR = Method(
 def _straggler(ask: Ask, t: Thresholds, f: Finding) -> Queries:
     s = ask.scope
     series = f'{COST}{{cause="straggler",run="{s.run}"}}'
-    lost = f"max by (instance, gpu) (avg_over_time({series}[{s.window}]))"
-    high = f"max by (instance, gpu) (max_over_time({series}[{s.window}]))"
+    lost = f"max by ({GPU_KEY}) (avg_over_time({series}[{s.window}]))"
+    high = f"max by ({GPU_KEY}) (max_over_time({series}[{s.window}]))"
     return Queries(lost, f"({lost}) / 2", high)
 
 
@@ -447,7 +452,7 @@ def with_live_cost(ask: Ask, finding: Finding) -> Finding:
     run = ask.scope.run
     if finding.kind not in COSTED_KINDS or run is None or finding.gpu is None:
         return finding
-    query = f'max by (instance, gpu) ({COST_5M}{{cause="{finding.kind}",run="{run}"}})'
+    query = f'max by ({GPU_KEY}) ({COST_5M}{{cause="{finding.kind}",run="{run}"}})'
     figure = _figure(ask, LIVE_COST, query, finding, True)
     return finding if figure is None else replace(finding, figures=[*finding.figures, figure])
 
@@ -491,26 +496,24 @@ def combined(findings: Sequence[Finding]) -> Cost | None:
     (an imbalance) counts only on a host where no other finding is costed; of a host's
     throttled GPUs only the costliest counts; a measured PCIe cost leaves out its all-reduce
     part on a host whose measured interconnect cost holds all of the all-reduce."""
-    causes = {f.instance for f in findings if f.cost is not None and f.kind not in SYMPTOMS}
+    causes = {f.target for f in findings if f.cost is not None and f.kind not in SYMPTOMS}
     # NVLink would take the whole measured all-reduce, the narrow link's extra time with it.
     whole = {
-        f.instance
+        f.target
         for f in findings
         if f.kind == "interconnect" and f.cost and f.cost.method == INTERCONNECT_MEASURED.name
     }
     # Throttled GPUs of one host: the slowest gates the steps and the others wait for it
     # anyway, so they count as the costliest of them (exact where they overlap in time).
-    slowest: dict[str | None, Cost] = {}
+    slowest: dict[Key, Cost] = {}
     counted = []
     for f in findings:
-        if f.cost is None or (f.kind in SYMPTOMS and f.instance in causes):
+        if f.cost is None or (f.kind in SYMPTOMS and f.target in causes):
             continue
         if f.cost.method == CLOCK.name:
-            held = slowest.get(f.instance)
-            slowest[f.instance] = (
-                f.cost if held is None or f.cost.fraction > held.fraction else held
-            )
-        elif f.instance in whole and f.cost.allreduce > 0:
+            held = slowest.get(f.target)
+            slowest[f.target] = f.cost if held is None or f.cost.fraction > held.fraction else held
+        elif f.target in whole and f.cost.allreduce > 0:
             counted.append(_without_allreduce(f.cost))
         else:
             counted.append(f.cost)

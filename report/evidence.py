@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from mirrorwatch.contract import causes
 from mirrorwatch.report.prometheus import Prometheus
-from mirrorwatch.report.scope import Scope
+from mirrorwatch.report.scope import Key, Scope, gpu_key, target_key
 
 if TYPE_CHECKING:
     from mirrorwatch.report.cost import Cost
@@ -55,6 +55,14 @@ class Finding:
     charts: Sequence[str] = ()
     # What it cost (report/cost.py); None where the evidence supports no number.
     cost: Cost | None = None
+    # The GPU_KEY labels of its GPU, or (a finding of a whole host) the TARGET_KEY labels of
+    # its host: what picks its series in an answer where hosts share `instance`.
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def target(self) -> Key:
+        """The TARGET_KEY values of its host."""
+        return target_key(self.labels or {"instance": self.instance or ""})
 
     def as_json(self, at: float) -> dict[str, Any]:
         return {
@@ -90,11 +98,13 @@ class Ask:
             ]
         return self._answers[query]
 
-    def by_gpu(self, query: str) -> dict[tuple[str, str], float]:
-        return {(r.get("instance", ""), r.get("gpu", "")): r["value"] for r in self.rows(query)}
+    def by_gpu(self, query: str) -> dict[Key, float]:
+        """The answer's values by GPU (GPU_KEY values, as ``Gpu.key``)."""
+        return {gpu_key(r): r["value"] for r in self.rows(query)}
 
-    def by_instance(self, query: str) -> dict[str, float]:
-        return {r.get("instance", ""): r["value"] for r in self.rows(query)}
+    def by_target(self, query: str) -> dict[Key, float]:
+        """The answer's values by target (TARGET_KEY values, as ``Gpu.target``)."""
+        return {target_key(r): r["value"] for r in self.rows(query)}
 
     def one(self, query: str) -> float | None:
         rows = self.rows(query)

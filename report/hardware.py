@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries
+from mirrorwatch.alerts.promql import Select
 from mirrorwatch.alerts.thresholds import Thresholds
+from mirrorwatch.alerts.throttling import held
 from mirrorwatch.contract import causes
 from mirrorwatch.contract.labels import GPU_KEY
 from mirrorwatch.contract.metrics import (
@@ -18,8 +20,9 @@ from mirrorwatch.contract.metrics import (
     GPU_PCIE_LINK_WIDTH_MAX,
     GPU_TEMPERATURE_CELSIUS,
 )
+from mirrorwatch.report import queries as q
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
-from mirrorwatch.report.scope import Gpu
+from mirrorwatch.report.scope import GPU_LABELS, Gpu, Key, gpu_key, target_key
 from mirrorwatch.report.words import percent, plural
 
 
@@ -29,7 +32,7 @@ def _held(ask: Ask, condition: str) -> str:
 
 
 def _labels(gpu: Gpu) -> dict[str, str]:
-    return {"instance": gpu.instance, "gpu": gpu.gpu}
+    return gpu.labels
 
 
 def _figures(ask: Ask, gpu: Gpu, wanted: Sequence[tuple[str, str, str]]) -> list[Figure]:
@@ -37,10 +40,10 @@ def _figures(ask: Ask, gpu: Gpu, wanted: Sequence[tuple[str, str, str]]) -> list
     return [f for f in found if f is not None]
 
 
-def held_back(sel: q.Select, kind: str) -> str:
+def held_back(sel: Select, kind: str) -> str:
     """The GPUs held back for the throttling ``kind`` at each moment (one of causes.THROTTLES):
     the same condition the live cause rules use."""
-    return q.held(causes.cause(kind), sel)
+    return held(causes.cause(kind), sel)
 
 
 def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
@@ -78,6 +81,7 @@ def throttling(ask: Ask, t: Thresholds) -> list[Finding]:
                     figures,
                     cause.runbook,
                     ("throttle", "clocks", *(("temperature",) if violation == "thermal" else ())),
+                    labels=_labels(gpu),
                 )
             )
     return findings
@@ -95,7 +99,7 @@ def temperature_headroom(ask: Ask, t: Thresholds) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
     margin = t.GpuTemperatureNearSlowdown.margin_celsius
     share_query = _held(ask, q.near_slowdown(sel, margin))
-    least = q.range_min(q.slowdown_headroom(sel), s.window, s.resolution)
+    least = q.range_min(gpu_queries.slowdown_headroom(sel), s.window, s.resolution)
     hottest = q.range_max(sel(GPU_TEMPERATURE_CELSIUS), s.window, s.resolution)
     shares = ask.by_gpu(share_query)
     findings = []
@@ -125,6 +129,7 @@ def temperature_headroom(ask: Ask, t: Thresholds) -> list[Finding]:
                 figures,
                 causes.cause("temperature_headroom").runbook,
                 ("temperature",),
+                labels=_labels(gpu),
             )
         )
     return findings
@@ -132,7 +137,7 @@ def temperature_headroom(ask: Ask, t: Thresholds) -> list[Finding]:
 
 def pcie(ask: Ask, t: Thresholds) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
-    share_query = _held(ask, q.pcie_link_degraded(sel, t.busy_utilization_ratio))
+    share_query = _held(ask, gpu_queries.pcie_link_degraded(sel, t.busy_utilization_ratio))
     shares = ask.by_gpu(share_query)
 
     def lowest(metric: str) -> str:
@@ -172,6 +177,7 @@ def pcie(ask: Ask, t: Thresholds) -> list[Finding]:
                 figures,
                 causes.cause("pcie_degraded").runbook,
                 ("pcie",),
+                labels=_labels(gpu),
             )
         )
     return findings
@@ -183,17 +189,19 @@ def interconnect(ask: Ask) -> list[Finding]:
     links_query = q.p2p_links(sel, s.window)
     slow = _held(ask, sel(GPU_P2P_LINK_INFO, 'link!="nvlink"'))
     findings = []
-    ours = {g.key for g in s.gpus}
-    seen: set[tuple[str, str, str]] = set()
+    ours = {(g.target, g.gpu) for g in s.gpus}
+    seen: set[tuple[Key, str, str]] = set()
     for row in ask.rows(links_query):
         instance, gpu, peer, link = (
             row.get(k, "") for k in ("instance", "gpu", "peer_gpu", "link")
         )
-        pair = (instance, *sorted((gpu, peer)))
-        if link == "nvlink" or (instance, peer) not in ours or pair in seen:
+        target = target_key(row)
+        pair = (target, *sorted((gpu, peer)))
+        if link == "nvlink" or (target, peer) not in ours or pair in seen:
             continue
         seen.add(pair)
-        figure = ask.figure("share of the range", "ratio", slow, {"instance": instance, "gpu": gpu})
+        labels = {k: row[k] for k in GPU_LABELS if row.get(k)}
+        figure = ask.figure("share of the range", "ratio", slow, labels)
         share = share_of(figure.value if figure else 1.0)
         path = "across CPU sockets (cross-NUMA)" if link == "cross_numa" else f"over {link}"
         findings.append(
@@ -203,9 +211,10 @@ def interconnect(ask: Ask) -> list[Finding]:
                 instance,
                 share,
                 f"GPUs {pair[1]} and {pair[2]} have no NVLink: their all-reduce goes {path}.",
-                [Figure(f"link to GPU {peer}", 1.0, link, links_query, {"gpu": gpu, "link": link})]
+                [Figure(f"link to GPU {peer}", 1.0, link, links_query, {**labels, "link": link})]
                 + ([figure] if figure else []),
                 causes.cause("interconnect").runbook,
+                labels=labels,
             )
         )
     down_query = _held(ask, f"max by ({GPU_KEY}) ({q.nvlink_down(sel)})")
@@ -223,6 +232,7 @@ def interconnect(ask: Ask) -> list[Finding]:
                     "of the range: its peer traffic fell back to PCIe.",
                     [figure],
                     causes.cause("interconnect").runbook,
+                    labels=_labels(gpu),
                 )
             )
     return findings
@@ -230,13 +240,13 @@ def interconnect(ask: Ask) -> list[Finding]:
 
 def gpu_errors(ask: Ask) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
-    xids = q.xid_events(sel, s.window, str(s.seconds))
-    xid_share = _held(ask, f"sum by (instance, gpu) ({q.xid_events(sel, '1m', '60')})")
+    xids = gpu_queries.xid_events(sel, s.window, str(s.seconds))
+    xid_share = _held(ask, f"sum by ({GPU_KEY}) ({gpu_queries.xid_events(sel, '1m', '60')})")
     ecc = q.ecc_uncorrected(sel, s.window)
     lost = _held(ask, q.gpu_lost(sel))
     findings = []
     for gpu in s.gpus:
-        events = [r for r in ask.rows(xids) if (r.get("instance"), r.get("gpu")) == gpu.key]
+        events = [r for r in ask.rows(xids) if gpu_key(r) == gpu.key]
         if events:
             share = ask.figure("share of the range", "ratio", xid_share, _labels(gpu))
             figures = [
@@ -260,6 +270,7 @@ def gpu_errors(ask: Ask) -> list[Finding]:
                     + " during the range.",
                     figures + ([share] if share else []),
                     runbook("GpuXidError"),
+                    labels=_labels(gpu),
                 )
             )
         ecc_figure = ask.figure("uncorrectable ECC errors", "errors", ecc, _labels(gpu))
@@ -274,6 +285,7 @@ def gpu_errors(ask: Ask) -> list[Finding]:
                     f"{plural(round(ecc_figure.value), 'uncorrectable ECC error')}.",
                     [ecc_figure],
                     runbook("GpuEccUncorrectable"),
+                    labels=_labels(gpu),
                 )
             )
         lost_figure = ask.figure("share of the range", "ratio", lost, _labels(gpu))
@@ -289,6 +301,7 @@ def gpu_errors(ask: Ask) -> list[Finding]:
                     "of the range.",
                     [lost_figure],
                     runbook("GpuLost"),
+                    labels=_labels(gpu),
                 )
             )
     return findings

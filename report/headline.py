@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries, training_queries
+from mirrorwatch.alerts.promql import Select
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.metrics import (
     GPU_PCIE_LINK_GENERATION,
@@ -17,19 +18,20 @@ from mirrorwatch.contract.metrics import (
     TRAINING_SCALING_SPEEDUP,
 )
 from mirrorwatch.contract.pcie import PCIE_LANE_BYTES_PER_SECOND
+from mirrorwatch.report import queries as q
 from mirrorwatch.report.cost import Cost, combined
 from mirrorwatch.report.evidence import Ask, Finding
 from mirrorwatch.report.scope import format_time
 from mirrorwatch.report.words import percent, plural
 
 
-def _per_worker_total(run: q.Select, metric: str, window: str) -> str:
+def _per_worker_total(run: Select, metric: str, window: str) -> str:
     """A per-worker figure of ``metric`` (its last running total, its replicas) added up over
     the run's workers: each worker once, however many targets scrape it."""
     return f"sum by (run) (max by (run, worker) (max_over_time({run(metric)}[{window}])))"
 
 
-def run_queries(run: q.Select, window: str) -> dict[str, str]:
+def run_queries(run: Select, window: str) -> dict[str, str]:
     """The run's own figures, each one query.
 
     Every worker of a synchronous run makes every step: the steps are the most any worker
@@ -48,12 +50,12 @@ def run_queries(run: q.Select, window: str) -> dict[str, str]:
     return {
         "steps": q.training_steps(run, window),
         "examples": _per_worker_total(run, TRAINING_EXAMPLES_TOTAL, window),
-        "examples_per_second": q.examples_per_second_from_counter(run, window),
-        "step_time_p50_seconds": q.step_time_quantile(run, 0.5, window),
+        "examples_per_second": training_queries.examples_per_second_from_counter(run, window),
+        "step_time_p50_seconds": training_queries.step_time_quantile(run, 0.5, window),
         "replicas": ideal,
         "speedup": speedup,
         "scaling_efficiency": f"({speedup}) / on (run) ({ideal})",
-        "allreduce_share": f"min by (run) ({q.communication_share(run, window)})",
+        "allreduce_share": f"min by (run) ({training_queries.communication_share(run, window)})",
         "gradient_bytes": f"max by (run) (max_over_time({run(TRAINING_GRADIENT_BYTES)}[{window}]))",
     }
 
@@ -83,7 +85,9 @@ def headline(ask: Ask, t: Thresholds) -> dict[str, Any]:
     queries: dict[str, str] = {}
     if s.gpus_reported:
         # A run that reported no GPUs did not train on these: their busy time is not its.
-        queries["mean_utilization"] = f"avg ({q.gpu_utilization_mean(s.gpus_select, s.window)})"
+        queries["mean_utilization"] = (
+            f"avg ({gpu_queries.gpu_utilization_mean(s.gpus_select, s.window)})"
+        )
         # The run's slowest link, for the all-reduce estimate where none is measured.
         for name, metric in (
             ("pcie_generation", GPU_PCIE_LINK_GENERATION),

@@ -267,11 +267,10 @@ def cost_html(f: Finding) -> str:
 
 
 def _finding(number: int, f: Finding, charts: Mapping[str, Chart], runbook_url: str) -> str:
-    where = " ".join(
-        part
-        for part in (f"GPU {f.gpu}" if f.gpu else "", f"on {f.instance}" if f.instance else "")
-        if part
-    )
+    # Behind agents hosts may share `instance`: the agent's `host` label names the one.
+    host = f" (host {f.labels['host']})" if f.labels.get("host") else ""
+    on = f"on {f.instance}{host}" if f.instance else ""
+    where = " ".join(part for part in (f"GPU {f.gpu}" if f.gpu else "", on) if part)
     figures = "".join(
         f"<tr><td>{escape(fig.name)}</td><td class='num'>{_value(fig)}</td></tr>"
         for fig in f.figures

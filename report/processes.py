@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from mirrorwatch.alerts import queries as q
-from mirrorwatch.alerts.queries import Select
+from mirrorwatch.alerts.promql import Select
 from mirrorwatch.contract.causes import cause
 from mirrorwatch.contract.labels import GPU_KEY
 from mirrorwatch.contract.metrics import (
     GPU_FOREIGN_PROCESSES,
     GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES,
 )
+from mirrorwatch.report import queries as q
 from mirrorwatch.report.evidence import Ask, Finding, share_of
 from mirrorwatch.report.words import percent, plural
 
@@ -40,7 +40,7 @@ def foreign_processes(ask: Ask) -> list[Finding]:
         share = share_of(shares.get(gpu.key))
         if share <= 0:
             continue
-        labels = {"instance": gpu.instance, "gpu": gpu.gpu}
+        labels = gpu.labels
         wanted = [
             ("share of the range", "ratio", share_query),
             ("most foreign processes at once", "processes", most),
@@ -65,6 +65,7 @@ def foreign_processes(ask: Ask) -> list[Finding]:
                 figures,
                 cause("foreign_process").runbook,
                 ("foreign", "utilization"),
+                labels=gpu.labels,
             )
         )
     return findings

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from mirrorwatch.alerts.queries import Select
+from mirrorwatch.alerts.promql import Select
+from mirrorwatch.contract.labels import GPU_KEY, TARGET_LABELS, UUID_KEY, key_labels
 from mirrorwatch.contract.metrics import (
     GPU_INFO,
     TRAINING_LAST_PUSH_TIMESTAMP_SECONDS,
@@ -22,20 +24,57 @@ from mirrorwatch.report.prometheus import Prometheus, Series
 POINTS = 500
 
 
+# A GPU and its target by the contract's label keys (GPU_KEY, TARGET_KEY): the one key of the
+# report's joins and dictionaries. Behind per-host agents hosts may share `instance`
+# (docs/fleet.md), and only `host` tells their GPU 0s apart.
+GPU_LABELS = key_labels("gpu", "uuid")
+Key = tuple[str, ...]
+
+
+def gpu_key(labels: Mapping[str, str]) -> Key:
+    """The GPU_KEY values of a series' labels, "" where one is absent (as PromQL matches it)."""
+    return tuple(labels.get(name, "") for name in GPU_LABELS)
+
+
+def target_key(labels: Mapping[str, str]) -> Key:
+    """The TARGET_KEY values of a series' labels, "" where one is absent."""
+    return tuple(labels.get(name, "") for name in TARGET_LABELS)
+
+
+def labels_of(key: Key, names: tuple[str, ...] = TARGET_LABELS) -> dict[str, str]:
+    """The labels a key's values stand for (TARGET_KEY's unless ``names``), the absent left out."""
+    return {name: value for name, value in zip(names, key, strict=True) if value}
+
+
 class ScopeError(ValueError):
     """The run or range has nothing to report on; the message says what was looked for."""
 
 
 @dataclass(frozen=True)
 class Gpu:
+    """A GPU of the scope, by its GPU_KEY labels (``cluster`` and ``host`` only behind agents),
+    and its board's name."""
+
     instance: str
     gpu: str
     uuid: str
     name: str
+    cluster: str = ""
+    host: str = ""
+    job: str = ""
 
     @property
-    def key(self) -> tuple[str, str]:
-        return self.instance, self.gpu
+    def labels(self) -> dict[str, str]:
+        """The GPU_KEY labels its series carry: the ones that pick them in an answer."""
+        return {name: getattr(self, name) for name in GPU_LABELS if getattr(self, name)}
+
+    @property
+    def key(self) -> Key:
+        return gpu_key(self.labels)
+
+    @property
+    def target(self) -> Key:
+        return target_key(self.labels)
 
 
 @dataclass(frozen=True)
@@ -85,8 +124,10 @@ class Scope:
     def run_select(self) -> Select:
         return self.host.where(f'run="{self.run}"') if self.run else self.host
 
-    def gpu(self, instance: str, index: str) -> Gpu | None:
-        return next((g for g in self.gpus if g.key == (instance, index)), None)
+    @property
+    def targets(self) -> tuple[Key, ...]:
+        """The targets (TARGET_KEY values) of the scope's GPUs, in the GPUs' order."""
+        return tuple(dict.fromkeys(g.target for g in self.gpus))
 
 
 def _one_of(label: str, values: tuple[str, ...]) -> str:
@@ -161,7 +202,7 @@ def find_scope(
                 f"unknown run {run!r}: Prometheus has no training series of it {between}"
             )
         replicas = prometheus.instant(
-            "max by (instance, uuid) (max_over_time("
+            f"max by ({UUID_KEY}) (max_over_time("
             f'{TRAINING_REPLICA_INFO}{{run="{run}"}}[{lookback}]))',
             end,
         )
@@ -202,7 +243,7 @@ def find_scope(
         raise ScopeError(f"empty range: {what} has under 2 seconds of samples {between}")
     chosen = (f'host="{host}"',) if host and run is None else ()
     info = prometheus.instant(
-        "max by (instance, gpu, uuid, name) (max_over_time("
+        f"max by ({GPU_KEY}, name) (max_over_time("
         f"{Select((_one_of('instance', instances), *chosen))(GPU_INFO)}"
         f"[{lookback}]))",
         end,
@@ -210,11 +251,19 @@ def find_scope(
     gpus = tuple(
         sorted(
             (
-                Gpu(s.label("instance"), s.label("gpu"), s.label("uuid"), s.label("name"))
+                Gpu(
+                    s.label("instance"),
+                    s.label("gpu"),
+                    s.label("uuid"),
+                    s.label("name"),
+                    s.label("cluster"),
+                    s.label("host"),
+                    s.label("job"),
+                )
                 for s in info
                 if not uuids or s.label("uuid") in uuids
             ),
-            key=lambda g: (g.instance, int(g.gpu) if g.gpu.isdigit() else 0),
+            key=lambda g: (g.instance, g.target, int(g.gpu) if g.gpu.isdigit() else 0),
         )
     )
     if not gpus:

@@ -6,15 +6,17 @@ import itertools
 import statistics
 from collections.abc import Sequence
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries
 from mirrorwatch.alerts.fragments import num
+from mirrorwatch.alerts.promql import Select
 from mirrorwatch.alerts.rules.costs import COST
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.causes import cause
-from mirrorwatch.contract.metrics import (
-    UP,
-)
+from mirrorwatch.contract.labels import GPU_KEY
+from mirrorwatch.contract.metrics import UP
+from mirrorwatch.report import queries as q
 from mirrorwatch.report.evidence import Ask, Figure, Finding, runbook, share_of
+from mirrorwatch.report.scope import GPU_LABELS, labels_of
 from mirrorwatch.report.svg import format_value
 from mirrorwatch.report.words import percent
 
@@ -30,40 +32,36 @@ def _held(ask: Ask, condition: str) -> str:
 def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
     limit = t.GpuUtilizationImbalance.spread_ratio
-    means_query = q.gpu_utilization_mean(sel, s.window)
+    means_query = gpu_queries.gpu_utilization_mean(sel, s.window)
     spread_query = q.gpu_utilization_spread(sel, s.window)
     share_query = _held(ask, f"{q.gpu_utilization_spread(sel, '1m')} > {num(limit)}")
     deviation_query = q.gpu_utilization_deviation(sel, s.window)
-    means = ask.by_gpu(means_query)
+    means, shares = ask.by_gpu(means_query), ask.by_target(share_query)
     findings = []
-    for instance in s.instances:
-        ours = {g: v for (i, g), v in means.items() if i == instance}
-        share = share_of(ask.by_instance(share_query).get(instance))
+    for target in s.targets:
+        ours = {g: means[g.key] for g in s.gpus if g.target == target and g.key in means}
+        share = share_of(shares.get(target))
         if len(ours) < 2 or share <= 0:
             continue
         lagging = min(ours, key=lambda g: ours[g])
         leading = max(ours, key=lambda g: ours[g])
-        labels = {"instance": instance, "gpu": lagging}
-        spread = ask.figure(
-            "spread of the range means", "points", spread_query, {"instance": instance}
-        )
+        host = labels_of(target)
+        spread = ask.figure("spread of the range means", "points", spread_query, host)
         figures = [
             f
             for f in (
-                ask.figure(f"GPU {lagging} mean utilisation", "ratio", means_query, labels),
                 ask.figure(
-                    f"GPU {leading} mean utilisation",
-                    "ratio",
-                    means_query,
-                    {"instance": instance, "gpu": leading},
+                    f"GPU {lagging.gpu} mean utilisation", "ratio", means_query, lagging.labels
+                ),
+                ask.figure(
+                    f"GPU {leading.gpu} mean utilisation", "ratio", means_query, leading.labels
                 ),
                 spread,
-                ask.figure("deviation from the run mean", "points", deviation_query, labels),
                 ask.figure(
-                    f"share of the range above {percent(limit)}",
-                    "ratio",
-                    share_query,
-                    {"instance": instance},
+                    "deviation from the run mean", "points", deviation_query, lagging.labels
+                ),
+                ask.figure(
+                    f"share of the range above {percent(limit)}", "ratio", share_query, host
                 ),
             )
             if f is not None
@@ -73,16 +71,17 @@ def imbalance(ask: Ask, t: Thresholds) -> list[Finding]:
         findings.append(
             Finding(
                 "imbalance",
-                lagging,
-                instance,
+                lagging.gpu,
+                lagging.instance,
                 share,
-                f"GPU {lagging} lags: {percent(ours[lagging])} busy against GPU {leading}'s "
-                f"{percent(ours[leading])} ({format_value(gap, 'points')}, percentage points); the "
-                f"spread was above {format_value(limit, 'points')} for {percent(share)} of the "
-                "range.",
+                f"GPU {lagging.gpu} lags: {percent(ours[lagging])} busy against GPU "
+                f"{leading.gpu}'s {percent(ours[leading])} ({format_value(gap, 'points')}, "
+                f"percentage points); the spread was above {format_value(limit, 'points')} for "
+                f"{percent(share)} of the range.",
                 figures,
                 cause("imbalance").runbook,
                 ("utilization", "spread"),
+                labels=lagging.labels,
             )
         )
     return findings
@@ -97,16 +96,17 @@ def stragglers(ask: Ask, t: Thresholds) -> list[Finding]:
         return []
     limit = t.TrainingHeldBack.cost_ratio
     series = f'{COST}{{cause="straggler",run="{s.run}"}}'
-    mean_query = f"max by (instance, gpu) (avg_over_time({series}[{s.window}]))"
+    mean_query = f"max by ({GPU_KEY}) (avg_over_time({series}[{s.window}]))"
     share_query = (
-        f"max by (instance, gpu) (avg_over_time(({series} >= bool {num(limit)})[{s.window}:]))"
+        f"max by ({GPU_KEY}) (avg_over_time(({series} >= bool {num(limit)})[{s.window}:]))"
     )
     findings = []
-    for (instance, gpu), mean in ask.by_gpu(mean_query).items():
+    for key, mean in ask.by_gpu(mean_query).items():
         if mean < limit:
             continue
-        labels = {"instance": instance, "gpu": gpu}
-        share = share_of(ask.by_gpu(share_query).get((instance, gpu)))
+        labels = labels_of(key, GPU_LABELS)
+        gpu, instance = labels.get("gpu", ""), labels.get("instance", "")
+        share = share_of(ask.by_gpu(share_query).get(key))
         figures = [
             f
             for f in (ask.figure("mean straggler cost", "ratio", mean_query, labels),)
@@ -124,6 +124,7 @@ def stragglers(ask: Ask, t: Thresholds) -> list[Finding]:
                 figures,
                 cause("straggler").runbook,
                 ("utilization", "throughput"),
+                labels=labels,
             )
         )
     return findings
@@ -137,31 +138,32 @@ def input_bound(ask: Ask, t: Thresholds, throttled: bool) -> list[Finding]:
     s, sel = ask.scope, ask.scope.gpus_select
     cut = t.input_bound.busiest_below_ratio
     share_query = _held(ask, q.all_gpus_below(sel, "1m", cut))
-    means_query = q.gpu_utilization_mean(sel, s.window)
+    means_query = gpu_queries.gpu_utilization_mean(sel, s.window)
+    means, shares = ask.by_gpu(means_query), ask.by_target(share_query)
     findings = []
-    for instance in s.instances:
-        share = share_of(ask.by_instance(share_query).get(instance))
+    for target in s.targets:
+        share = share_of(shares.get(target))
         if share < t.input_bound.held_share:
             continue
+        host = labels_of(target)
         figures = [
-            Figure(f"GPU {g} mean utilisation", v, "ratio", means_query, {"instance": i, "gpu": g})
-            for (i, g), v in sorted(ask.by_gpu(means_query).items())
-            if i == instance
+            Figure(f"GPU {g.gpu} mean utilisation", means[g.key], "ratio", means_query, g.labels)
+            for g in s.gpus
+            if g.target == target and g.key in means
         ]
-        figures.append(
-            Figure("share of the range", share, "ratio", share_query, {"instance": instance})
-        )
+        figures.append(Figure("share of the range", share, "ratio", share_query, host))
         findings.append(
             Finding(
                 "input_bound",
                 None,
-                instance,
+                host.get("instance", ""),
                 share,
                 f"Every GPU was below {percent(cut)} busy for {percent(share)} of the "
                 "range with no throttling: the GPUs waited for input (data loading, host CPU).",
                 figures,
                 cause("input_bound").runbook,
                 ("utilization",),
+                labels=host,
             )
         )
     return findings
@@ -180,8 +182,11 @@ def _gaps(times: Sequence[float]) -> tuple[float, float]:
 def telemetry_gaps(ask: Ask, t: Thresholds) -> list[Finding]:
     s = ask.scope
     findings = []
-    for instance in s.instances:
-        raw = f'{UP}{{instance="{instance}"}}[{s.window}]'
+    for target in s.targets:
+        host = labels_of(target)
+        instance = host.get("instance", "")
+        matchers = tuple(f'{name}="{value}"' for name, value in host.items())
+        raw = f"{Select(matchers)(UP)}[{s.window}]"
         times = [p for series in ask.prometheus.instant(raw, s.end) for p, _ in series.points]
         lost, longest = _gaps(sorted(times))
         if lost > 0:
@@ -195,12 +200,11 @@ def telemetry_gaps(ask: Ask, t: Thresholds) -> list[Finding]:
                     f"Scrapes of {instance} stopped for {lost:.0f} s in all (longest interval "
                     f"{longest:.0f} s): what happened then is not in this report.",
                     [
-                        Figure(
-                            "seconds without scrapes", lost, "seconds", raw, {"instance": instance}
-                        ),
-                        Figure("longest interval", longest, "seconds", raw, {"instance": instance}),
+                        Figure("seconds without scrapes", lost, "seconds", raw, host),
+                        Figure("longest interval", longest, "seconds", raw, host),
                     ],
                     runbook("MirrorwatchExporterDown"),
+                    labels=host,
                 )
             )
     if s.run is not None:

@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries, recorded, throttling
 from mirrorwatch.alerts.fragments import dedent, fill, num
+from mirrorwatch.alerts.promql import RULES
 from mirrorwatch.alerts.rules import Record
 from mirrorwatch.alerts.templates import gpu_value, matchers, points_of, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
@@ -69,7 +70,7 @@ def _labels(c: Cause) -> dict[str, str]:
 
 
 def _per_gpu(metric: str, *matchers: str) -> str:
-    return f"max by ({GPU_KEY}) ({q.RULES(metric, *matchers)})"
+    return f"max by ({GPU_KEY}) ({RULES(metric, *matchers)})"
 
 
 def _share(metric: str, limit: str, *matchers: str) -> str:
@@ -78,7 +79,7 @@ def _share(metric: str, limit: str, *matchers: str) -> str:
 
 def _throttled(c: Cause) -> str:
     """Each GPU held back for this cause at this evaluation: the report's "throttled now"."""
-    return q.held(c, q.RULES)
+    return throttling.held(c, RULES)
 
 
 def hardware_rules(t: Thresholds) -> list[Record]:
@@ -99,7 +100,10 @@ def hardware_rules(t: Thresholds) -> list[Record]:
     conditions = {c.kind: _throttled(c) for c in HARDWARE if c.clock_reasons} | {
         "pcie_degraded": fill(
             "max by («key») (\n  «degraded»\n)",
-            {"key": GPU_KEY, "degraded": q.pcie_link_degraded(q.RULES, t.busy_utilization_ratio)},
+            {
+                "key": GPU_KEY,
+                "degraded": gpu_queries.pcie_link_degraded(RULES, t.busy_utilization_ratio),
+            },
         )
     }
     return [
@@ -210,13 +214,13 @@ def attach_run(expr: str) -> str:
     """``expr`` (one series per GPU) on every GPU of an active run, with the run's labels."""
     return fill(
         "(\n  «expr»\n)\n* on («target», uuid) group_right ()\ncount without () («run_gpus»)",
-        {"expr": expr, "target": TARGET_KEY, "run_gpus": q.RUN_GPU_UTIL},
+        {"expr": expr, "target": TARGET_KEY, "run_gpus": recorded.RUN_GPU_UTIL},
     )
 
 
 def host_rules(t: Thresholds) -> list[Record]:
     """The busy GPUs of a host in no active run (the host-scope imbalance's GPUs)."""
-    members = q.busy_unassigned(t.busy_utilization_ratio)
+    members = gpu_queries.busy_unassigned(t.busy_utilization_ratio)
     lag = f"max by ({TARGET_KEY}) {members}\n- on ({TARGET_KEY}) group_right ()\n{members}"
     known = _before(GPU_CAUSE)
     return [
@@ -244,10 +248,10 @@ def host_rules(t: Thresholds) -> list[Record]:
 
 
 def run_rules(t: Thresholds) -> list[Record]:
-    members = q.RUN_GPU_UTIL
+    members = recorded.RUN_GPU_UTIL
     lag = (
-        f"max by (run) ({q.RUN_GPU_BALANCE})\n- on (run) group_right ()\n"
-        f"max by ({RUN_GPU_KEY}) ({q.RUN_GPU_BALANCE})"
+        f"max by (run) ({recorded.RUN_GPU_BALANCE})\n- on (run) group_right ()\n"
+        f"max by ({RUN_GPU_KEY}) ({recorded.RUN_GPU_BALANCE})"
     )
     known = f"on ({RUN_GPU_KEY}) {_before(RUN_GPU_CAUSE)}"
     return [
@@ -258,7 +262,7 @@ def run_rules(t: Thresholds) -> list[Record]:
         ),
         Record(
             RUN_GPU_CAUSE,
-            f"max by ({RUN_GPU_KEY}) ({q.RULES(GPU_FOREIGN_PROCESSES)}) > 0",
+            f"max by ({RUN_GPU_KEY}) ({RULES(GPU_FOREIGN_PROCESSES)}) > 0",
             labels=_labels(cause("foreign_process")),
         ),
         Record(
@@ -298,7 +302,7 @@ _SM = fill(
 
 
 def _pcie(quantity: Literal["width", "generation"], limit: Literal["now", "max"]) -> str:
-    now, top = q.PCIE_LINK[quantity]
+    now, top = gpu_queries.PCIE_LINK[quantity]
     return gpu_value(top if limit == "max" else now)
 
 

@@ -7,7 +7,7 @@ read alike. The methods are the run report's (report/cost.py, docs/report.md):
 
 - clock causes (heat, power cap, hardware slowdown): a compute-bound step takes 1/r as long at
   an SM clock r of the maximum, so the run loses 1 - r while the cause holds (the same
-  "held" condition as the cause rules: mirrorwatch.alerts.queries.held);
+  "held" condition as the cause rules: mirrorwatch.alerts.throttling.held);
 - straggler, measured: where the workers time their all-reduces (the torch monitor on DDP),
   the worker that waits least is the one the others wait for, and what it costs is the others'
   mean all-reduce share beyond its own, when that is at least «straggler_wait» (5 points);
@@ -20,8 +20,9 @@ read alike. The methods are the run report's (report/cost.py, docs/report.md):
 
 from __future__ import annotations
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries, recorded, throttling, training_queries
 from mirrorwatch.alerts.fragments import fill, num
+from mirrorwatch.alerts.promql import RULES
 from mirrorwatch.alerts.rules import Record
 from mirrorwatch.alerts.rules.causes import RUN_GPU_CAUSE, RUN_GPU_KEY, attach_run
 from mirrorwatch.alerts.thresholds import Thresholds
@@ -48,15 +49,15 @@ def _zero_where_not(expr: str, every: str) -> str:
 
 def clock_cost(kind: str) -> str:
     """1 - SM clock ratio on each run GPU while ``kind`` holds it back."""
-    held = q.held(cause(kind), q.RULES)
-    lost = f"(1 - ({q.sm_clock_ratio(q.RULES)}))\nand on ({GPU_KEY})\n({held})"
-    return attach_run(f"max by ({GPU_KEY}) (\n  {lost}\n)\nor\n0 * {q.GPU_UTIL}")
+    held = throttling.held(cause(kind), RULES)
+    lost = f"(1 - ({gpu_queries.sm_clock_ratio(RULES)}))\nand on ({GPU_KEY})\n({held})"
+    return attach_run(f"max by ({GPU_KEY}) (\n  {lost}\n)\nor\n0 * {recorded.GPU_UTIL}")
 
 
 def measured_straggler(window: str = "5m") -> str:
     """Per run GPU of the worker the others wait for: their mean all-reduce share beyond its."""
     # By run alone: the workers of a run across hosts report to their own hosts' exporters.
-    share = q.communication_share(q.RULES, window)
+    share = training_queries.communication_share(RULES, window)
     least = f"min by (run) ({share})"
     others = (
         f"(sum by (run) ({share}) - on (run) {least})\n/ on (run) (count by (run) ({share}) - 1)"
@@ -67,7 +68,7 @@ def measured_straggler(window: str = "5m") -> str:
         f"({straggler}) * 0 + on (run) group_left () (({excess}) >= {num(STRAGGLER_WAIT)})"
     )
     return (
-        f"max by ({RUN_GPU_KEY}) (\n  {q.ACTIVE_REPLICA}\n"
+        f"max by ({RUN_GPU_KEY}) (\n  {recorded.ACTIVE_REPLICA}\n"
         f"  * on ({WORKER_KEY}) group_left ()\n  ({worker_cost})\n)"
     )
 
@@ -101,7 +102,7 @@ def imbalance_cost() -> str:
 
 
 def rules(t: Thresholds) -> list[Record]:
-    every = q.RUN_GPU_UTIL
+    every = recorded.RUN_GPU_UTIL
     costed = [
         *((c.kind, clock_cost(c.kind)) for c in THROTTLES),
         ("straggler", f"(\n  {measured_straggler()}\n)\nor\n(\n  {estimated_straggler()}\n)"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import recorded
 from mirrorwatch.alerts.fragments import Fragment
 from mirrorwatch.alerts.rules import Alert, Severity
 from mirrorwatch.alerts.templates import gpu_value, matchers, value_of
@@ -69,7 +69,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "{{ $value | humanize }} replay, recovery and CRC errors in the last 10 minutes "
             "(alert above «errors_per_10m»).",
             "{{ $value | humanize }}",
-            fragments={"nvlink": NVLINK_OF_GPU, "errors": q.NVLINK_ERRORS},
+            fragments={"nvlink": NVLINK_OF_GPU, "errors": recorded.NVLINK_ERRORS},
         ),
         xid_alert("critical", 'xid=~"«critical_xids»"', "Critical XID", "critical XID"),
         xid_alert("warning", 'xid!~"«critical_xids»"', "XID", "XID"),

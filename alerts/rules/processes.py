@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries
+from mirrorwatch.alerts.promql import RULES
 from mirrorwatch.alerts.rules import Alert
 from mirrorwatch.alerts.templates import value_of
 from mirrorwatch.alerts.thresholds import Thresholds
@@ -25,7 +26,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "{{ $value }}",
             labels={"scope": "run"},
             fragments={
-                "foreign": q.foreign_processes(q.RULES),
+                "foreign": gpu_queries.foreign_processes(RULES),
                 "memory": value_of(
                     GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES, key("uuid", "run"), pipe="humanize1024"
                 ),

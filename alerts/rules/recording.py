@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries, promql, recorded, throttling
+from mirrorwatch.alerts.promql import RULES
 from mirrorwatch.alerts.rules import Record
 from mirrorwatch.alerts.thresholds import Thresholds
 from mirrorwatch.contract.causes import THERMAL_REASONS
@@ -11,13 +12,13 @@ from mirrorwatch.contract.causes import THERMAL_REASONS
 def rules(t: Thresholds) -> list[Record]:
     return [
         Record(
-            q.GPU_UTIL,
+            recorded.GPU_UTIL,
             "avg_over_time(mirrorwatch_gpu_utilization_ratio[1m]) «not_mig»",
-            {"not_mig": q.NOT_MIG_PARENT},
+            {"not_mig": gpu_queries.NOT_MIG_PARENT},
         ),
         # The replicas of runs that are active now, one series per replica, value 1.
         Record(
-            q.ACTIVE_REPLICA,
+            recorded.ACTIVE_REPLICA,
             """
             mirrorwatch_training_replica_info
             * on («WORKER_KEY») group_left ()
@@ -26,7 +27,7 @@ def rules(t: Thresholds) -> list[Record]:
         ),
         # The GPU's own `gpu` label (NVML index) wins over the trainer's.
         Record(
-            q.RUN_GPU_UTIL,
+            recorded.RUN_GPU_UTIL,
             """
             max by («RUN_KEY», gpu, uuid) (
               instance_run:mirrorwatch_training_replica_info:active
@@ -35,18 +36,18 @@ def rules(t: Thresholds) -> list[Record]:
             )
             """,
         ),
-        Record(q.RUN_UTIL, "avg by (run) (run_gpu:mirrorwatch_gpu_utilization_ratio:avg1m)"),
+        Record(recorded.RUN_UTIL, "avg by (run) (run_gpu:mirrorwatch_gpu_utilization_ratio:avg1m)"),
         # Spreads are rounded to 0.01 percentage points: NVML reports whole percents, and
         # 0.90 - 0.85 must be the 0.05 threshold, not 0.05000000000000004 above it.
         # GPM's SM activity, where the GPU has it: the share of SMs busy, which utilisation
         # (a kernel ran at all) overstates for small kernels.
         Record(
-            q.GPU_SM_ACTIVITY,
+            recorded.GPU_SM_ACTIVITY,
             "avg_over_time(mirrorwatch_gpu_sm_activity_ratio[1m]) «not_mig»",
-            {"not_mig": q.NOT_MIG_PARENT},
+            {"not_mig": gpu_queries.NOT_MIG_PARENT},
         ),
         Record(
-            q.RUN_GPU_SM_ACTIVITY,
+            recorded.RUN_GPU_SM_ACTIVITY,
             """
             max by («RUN_KEY», gpu, uuid) (
               instance_run:mirrorwatch_training_replica_info:active
@@ -58,7 +59,7 @@ def rules(t: Thresholds) -> list[Record]:
         # What the run's balance is measured in, `source` saying which: SM activity when
         # every GPU of the run has it, else utilisation (never a mix of the two).
         Record(
-            q.RUN_GPU_BALANCE,
+            recorded.RUN_GPU_BALANCE,
             """
             (
               label_replace(«sm», "source", "sm_activity", "", "")
@@ -68,15 +69,15 @@ def rules(t: Thresholds) -> list[Record]:
             or on (run)
             label_replace(«util», "source", "utilization", "", "")
             """,
-            {"sm": q.RUN_GPU_SM_ACTIVITY, "util": q.RUN_GPU_UTIL},
+            {"sm": recorded.RUN_GPU_SM_ACTIVITY, "util": recorded.RUN_GPU_UTIL},
         ),
         Record(
-            q.RUN_SPREAD,
+            recorded.RUN_SPREAD,
             "round(«spread», 0.0001)",
-            {"spread": q.spread(q.RUN_GPU_BALANCE, "run, source")},
+            {"spread": promql.spread(recorded.RUN_GPU_BALANCE, "run, source")},
         ),
         Record(
-            q.RUN_GPU_DEVIATION,
+            recorded.RUN_GPU_DEVIATION,
             """
             run_gpu:mirrorwatch_gpu_utilization_ratio:avg1m
             - on (run) group_left ()
@@ -85,7 +86,7 @@ def rules(t: Thresholds) -> list[Record]:
         ),
         # Without training telemetry: the busy GPUs of one host that belong to no active run.
         Record(
-            q.HOST_SPREAD,
+            recorded.HOST_SPREAD,
             """
             round(
               max by («TARGET_KEY») «busy_unassigned»
@@ -93,20 +94,23 @@ def rules(t: Thresholds) -> list[Record]:
               0.0001
             )
             """,
-            {"busy_unassigned": q.busy_unassigned(t.busy_utilization_ratio)},
+            {"busy_unassigned": gpu_queries.busy_unassigned(t.busy_utilization_ratio)},
         ),
         # Seconds throttled per second: the fraction of time each reason held clocks back.
         # increase / 300 rather than rate(): the same number from Prometheus and vmalert.
-        Record(q.THROTTLE, q.throttle_share_of_window(q.RULES, "5m", 300)),
+        Record(recorded.THROTTLE, throttling.throttle_share_of_window(RULES, "5m", 300)),
         # Minute by minute, so that "throttled for heat in each of the last five minutes" can
         # be asked: a 5-minute mean is above 0 for five minutes after any one-minute blip.
-        Record(q.THERMAL_MINUTE, q.throttled_share_of_minute("thermal", THERMAL_REASONS)),
         Record(
-            q.NVLINK_ERRORS,
+            recorded.THERMAL_MINUTE,
+            throttling.throttled_share_of_minute("thermal", THERMAL_REASONS),
+        ),
+        Record(
+            recorded.NVLINK_ERRORS,
             "sum by («GPU_KEY», link) (mirrorwatch_gpu_nvlink_errors_total)",
         ),
         Record(
-            q.THROUGHPUT,
+            recorded.THROUGHPUT,
             """
             sum by («RUN_KEY») (
               mirrorwatch_training_examples_per_second
@@ -117,19 +121,23 @@ def rules(t: Thresholds) -> list[Record]:
         ),
         # The median is robust to the drop itself and to short pauses (evaluation, checkpoints).
         Record(
-            q.THROUGHPUT_BASELINE,
+            recorded.THROUGHPUT_BASELINE,
             "quantile_over_time(0.5, «throughput»[1h])",
-            {"throughput": q.THROUGHPUT},
+            {"throughput": recorded.THROUGHPUT},
         ),
         # A run over several hosts (MultiWorkerMirroredStrategy) is one run: each worker
         # reports its share of the examples (docs/api.md), so the shares add up.
-        Record(q.RUN_THROUGHPUT, "sum by (run) («throughput»)", {"throughput": q.THROUGHPUT}),
         Record(
-            q.RUN_THROUGHPUT_BASELINE,
+            recorded.RUN_THROUGHPUT,
+            "sum by (run) («throughput»)",
+            {"throughput": recorded.THROUGHPUT},
+        ),
+        Record(
+            recorded.RUN_THROUGHPUT_BASELINE,
             "quantile_over_time(0.5, «throughput»[1h])",
-            {"throughput": q.RUN_THROUGHPUT},
+            {"throughput": recorded.RUN_THROUGHPUT},
         ),
         # Its workers that report in now: a worker gone quiet lowers the run's sum without
         # the run slowing down, so the throughput alert waits for all of them.
-        Record(q.RUN_WORKERS, "count by (run) (mirrorwatch_training_active == 1)"),
+        Record(recorded.RUN_WORKERS, "count by (run) (mirrorwatch_training_active == 1)"),
     ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries, promql, recorded, throttling
 from mirrorwatch.alerts.rules import Alert
 from mirrorwatch.alerts.templates import gpu_value
 from mirrorwatch.alerts.thresholds import Thresholds
@@ -19,7 +19,7 @@ TEMPERATURE_NOW = gpu_value(GPU_TEMPERATURE_CELSIUS, "humanize")
 
 
 def alerts(t: Thresholds) -> list[Alert]:
-    busy_temperature = q.busy_temperature(t.busy_utilization_ratio)
+    busy_temperature = gpu_queries.busy_temperature(t.busy_utilization_ratio)
     return [
         # Pending while the share of the last minute reaches the fraction, firing once it has
         # for all of `for`: every minute of it throttled that much. The first minute below
@@ -33,7 +33,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "«minute_fraction:%» of every minute, «PCT» of the last one (now at «temperature» °C).",
             "«PCT»",
             fragments={
-                "thermal_minute": q.THERMAL_MINUTE,
+                "thermal_minute": recorded.THERMAL_MINUTE,
                 "temperature": TEMPERATURE_NOW,
             },
         ),
@@ -67,7 +67,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "clocks by half or more (SM clock now «sm_clock»Hz).",
             "{{ $labels.reason }}",
             fragments={
-                "hardware": q.reasons(HARDWARE_SLOWDOWN_REASONS),
+                "hardware": throttling.reasons(HARDWARE_SLOWDOWN_REASONS),
                 "sm_clock": gpu_value(GPU_CLOCK_HERTZ, "humanize", 'clock="sm"'),
             },
         ),
@@ -80,7 +80,7 @@ def alerts(t: Thresholds) -> list[Alert]:
             "minutes (alert above «throttled_fraction:%»).",
             "«PCT»",
             fragments={
-                "throttled": q.throttled_share("power", POWER_CAP_REASONS),
+                "throttled": throttling.throttled_share("power", POWER_CAP_REASONS),
                 "limit": gpu_value(GPU_POWER_LIMIT_WATTS, "humanize"),
             },
         ),
@@ -102,7 +102,9 @@ def alerts(t: Thresholds) -> list[Alert]:
             "{{ $value | humanize }} °C",
             fragments={
                 "busy_temperature": busy_temperature,
-                "labels_of_hottest_gpu": q.labels_of_extreme(busy_temperature, TARGET_KEY, "max"),
+                "labels_of_hottest_gpu": promql.labels_of_extreme(
+                    busy_temperature, TARGET_KEY, "max"
+                ),
                 "temperature": TEMPERATURE_NOW,
             },
         ),

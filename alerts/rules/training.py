@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import recorded
 from mirrorwatch.alerts.rules import Alert
 from mirrorwatch.alerts.rules.costs import COST_5M
 from mirrorwatch.alerts.templates import GPUS_OF_RUN_ON_EVERY_HOST, value_of
@@ -67,7 +67,7 @@ def _hung_runs(t: Thresholds) -> str:
 def hung_in_collective(t: Thresholds) -> str:
     """The run's GPU that does not wait, where another of the run's does; the run alone where
     every GPU of it here waits (the culprit is on another host)."""
-    run_gpus = q.RUN_GPU_UTIL
+    run_gpus = recorded.RUN_GPU_UTIL
     waiting = f"{run_gpus}\nand on ({TARGET_KEY}, uuid)\n(\n{_waiting(t)}\n)"
     hung = _hung_runs(t)
     culprit = (
@@ -110,12 +110,12 @@ def alerts(t: Thresholds) -> list[Alert]:
             "«below_baseline_ratio:%»).",
             "«PCT»",
             fragments={
-                "throughput": q.RUN_THROUGHPUT,
-                "baseline": q.RUN_THROUGHPUT_BASELINE,
-                "workers": q.RUN_WORKERS,
+                "throughput": recorded.RUN_THROUGHPUT,
+                "baseline": recorded.RUN_THROUGHPUT_BASELINE,
+                "workers": recorded.RUN_WORKERS,
                 "gpus_of_run": GPUS_OF_RUN_ON_EVERY_HOST,
                 # The run's own series: the rule grouped by run alone, over all its hosts.
-                "examples_per_second": value_of(q.RUN_THROUGHPUT, "run", pipe="humanize"),
+                "examples_per_second": value_of(recorded.RUN_THROUGHPUT, "run", pipe="humanize"),
             },
         ),
         Alert(

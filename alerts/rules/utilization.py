@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import gpu_queries, promql, recorded, training_queries
+from mirrorwatch.alerts.promql import RULES
 from mirrorwatch.alerts.rules import Alert, causes
 from mirrorwatch.alerts.templates import POINTS, gpu_value, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
@@ -12,8 +13,8 @@ FULL_SUMMARY = "GPU {{ $labels.gpu }} of «HOST» memory is nearly full"
 
 
 def alerts(t: Thresholds) -> list[Alert]:
-    busy_unassigned = q.busy_unassigned(t.busy_utilization_ratio)
-    replica_memory = {"replica_memory": q.replica_memory()}
+    busy_unassigned = gpu_queries.busy_unassigned(t.busy_utilization_ratio)
+    replica_memory = {"replica_memory": training_queries.replica_memory()}
     return [
         Alert(
             "GpuUtilizationImbalance",
@@ -34,9 +35,11 @@ def alerts(t: Thresholds) -> list[Alert]:
             labels={"scope": "run"},
             fragments={
                 "points": POINTS,
-                "labels_of_lagging_gpu": q.labels_of_extreme(q.RUN_GPU_BALANCE, "run", "min"),
+                "labels_of_lagging_gpu": promql.labels_of_extreme(
+                    recorded.RUN_GPU_BALANCE, "run", "min"
+                ),
                 "lagging": value_of(
-                    q.RUN_GPU_BALANCE, key("run", "uuid"), pipe="humanizePercentage"
+                    recorded.RUN_GPU_BALANCE, key("run", "uuid"), pipe="humanizePercentage"
                 ),
                 "why": causes.why_run(t.runbook_url),
             },
@@ -56,8 +59,10 @@ def alerts(t: Thresholds) -> list[Alert]:
             labels={"scope": "host"},
             fragments={
                 "points": POINTS,
-                "labels_of_lagging_gpu": q.labels_of_extreme(busy_unassigned, TARGET_KEY, "min"),
-                "lagging": gpu_value(q.GPU_UTIL, "humanizePercentage"),
+                "labels_of_lagging_gpu": promql.labels_of_extreme(
+                    busy_unassigned, TARGET_KEY, "min"
+                ),
+                "lagging": gpu_value(recorded.GPU_UTIL, "humanizePercentage"),
                 "why": causes.why_host(t.runbook_url),
             },
         ),
@@ -90,6 +95,6 @@ def alerts(t: Thresholds) -> list[Alert]:
             "«GPU», «RUN_OF_GPU», has «PCT» of its memory in use (alert above «used_ratio:%»).",
             "«PCT»",
             labels={"scope": "host"},
-            fragments={**replica_memory, "memory_used_ratio": q.memory_used_ratio(q.RULES)},
+            fragments={**replica_memory, "memory_used_ratio": gpu_queries.memory_used_ratio(RULES)},
         ),
     ]

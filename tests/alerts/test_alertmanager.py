@@ -298,7 +298,7 @@ def moved(target: dict[str, Any], label: str) -> dict[str, Any]:
     return {**target, "labels": labels}
 
 
-# The label keys that tell targets apart (alerts/queries.py's keys, spelt out here as the
+# The label keys that tell targets apart (contract/labels.py's keys, spelt out here as the
 # specification: a change to them must change this test too).
 TARGET = ("cluster", "host", "job", "instance")
 GPU = (*TARGET, "gpu", "uuid")

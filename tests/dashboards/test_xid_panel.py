@@ -78,7 +78,8 @@ def panel_query() -> str:
 
 
 def one_bar(xid: str) -> list[dict[str, Any]]:
-    return [{"labels": f'{{gpu="0",instance="h1:9848",xid="{xid}"}}', "value": 1}]
+    # One bar per GPU by the target key (job, instance, gpu, uuid here) and XID.
+    return [{"labels": f'{{{GPU},xid="{xid}"}}', "value": 1}]
 
 
 # eval time -> what the panel must show then

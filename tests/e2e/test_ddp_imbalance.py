@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from demo.processes import Process
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import training_queries
+from mirrorwatch.alerts.promql import Select
 from tests.e2e.drill import FastRules, running_drill
 
 RUN = "e2e-ddp-imbalance"
@@ -64,10 +65,10 @@ def test_a_ddp_run_with_a_starved_worker_fires_the_run_imbalance_alert(
         }
         # The measured communication share, by the query the report reads: the rank that was
         # kept waiting (0) spent more of its steps in all-reduce than the starved one.
-        run = q.Select((f'run="{RUN}"',))
+        run = Select((f'run="{RUN}"',))
         share = {
             s["metric"]["worker"]: float(s["value"][1])
-            for s in drill.query(q.communication_share(run, "30s"))
+            for s in drill.query(training_queries.communication_share(run, "30s"))
         }
         assert set(share) == {"0", "1"}, share
         assert 0 <= share["1"] < share["0"] <= 1, share

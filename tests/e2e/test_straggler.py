@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mirrorwatch.alerts import queries as q
+from mirrorwatch.alerts import recorded
 from mirrorwatch.alerts.rules.costs import COST_5M
 from tests.e2e.drill import FastRules, running_drill, synthetic_training
 
@@ -26,7 +26,7 @@ def test_a_straggler_pages_training_held_back_while_utilisation_stays_balanced(
             _, alert = drill.wait_alert(
                 "TrainingHeldBack", DEADLINE_SECONDS, run=RUN, cause="straggler"
             )
-            spread = drill.query(f'{q.RUN_SPREAD}{{run="{RUN}"}}')
+            spread = drill.query(f'{recorded.RUN_SPREAD}{{run="{RUN}"}}')
             costs = drill.query(f'{COST_5M}{{run="{RUN}",cause="straggler",gpu="1"}}')
             # The report at one instant reads the alert's own series: the same figure.
             reported = drill.report_live_cost(RUN, "straggler", "1", tmp_path / "report")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mirrorwatch.alerts.queries import SHARE_STEP
+from mirrorwatch.alerts.throttling import SHARE_STEP
 from mirrorwatch.contract.vocabulary import parse_prometheus_duration
 from tests.e2e.drill import FastRules, Latency, measure, running_drill, synthetic_training
 

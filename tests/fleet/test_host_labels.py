@@ -3,7 +3,7 @@
 A per-host agent scrapes its own exporter, so at the central store every host's `instance` may
 be the same address (the Prometheus agent of deploy/fleet/ keeps it; vmagent relabels it to
 the host name). The agents add `host` and `cluster` as external labels, and every grouping of
-the rules keeps both (alerts/queries.py, TARGET_KEY). promtool evaluates the generated rules
+the rules keeps both (contract/labels.py, TARGET_KEY). promtool evaluates the generated rules
 on such a fleet, and the same rules with `cluster, host` taken out of their groupings, to
 show the collision the labels prevent.
 """

@@ -24,8 +24,15 @@ import pytest
 
 from demo.processes import Process, Processes, StackError
 from demo.stack import write_yaml
+from mirrorwatch.alerts.thresholds import load_thresholds
+from mirrorwatch.contract.labels import GPU_KEY
+from mirrorwatch.contract.metrics import GPU_INFO
 from mirrorwatch.contract.vocabulary import Address
+from mirrorwatch.report import hardware
 from mirrorwatch.report.cli import main as report_main
+from mirrorwatch.report.evidence import Ask
+from mirrorwatch.report.prometheus import Prometheus
+from mirrorwatch.report.scope import Gpu, Scope
 from tests.dashboards.queries import expand, load_dashboards, targets
 from tests.e2e.drill import build_fast_rules
 from tests.fleet.fleet import (
@@ -183,6 +190,30 @@ def test_the_report_of_one_host_holds_only_that_hosts_findings(
         kinds[host] = {f["kind"] for f in findings}
     assert "thermal_throttling" in kinds["gpu-b"]
     assert "thermal_throttling" not in kinds["gpu-a"], kinds
+
+
+def test_a_report_over_both_hosts_keeps_their_gpu_1s_apart(central: Central) -> None:
+    """The scope of a run with a worker on each host holds both hosts' GPUs, whose indexes and
+    instance are the same: the report keys them by the target key, so the thermal finding is
+    gpu-b's GPU 1 alone, every figure of it gpu-b's."""
+    firing(central, "GpuThermalThrottling")  # gpu-b has throttled long enough to show
+    prometheus = Prometheus(central.prometheus.url)
+    end = time.time()
+    info = prometheus.instant(
+        f'max by ({GPU_KEY}, name) ({GPU_INFO}{{instance="{SHARED_INSTANCE}"}})', end
+    )
+    gpus = tuple(
+        Gpu(*(s.label(k) for k in ("instance", "gpu", "uuid", "name", "cluster", "host", "job")))
+        for s in info
+    )
+    assert sorted((g.host, g.gpu) for g in gpus) == [
+        (host, index) for host in sorted(HOSTS) for index in ("0", "1")
+    ]
+    ask = Ask(prometheus, Scope(end - 60, end, 1, None, (SHARED_INSTANCE,), gpus))
+    findings = hardware.throttling(ask, load_thresholds())
+    thermal = [f for f in findings if f.kind == "thermal_throttling"]
+    assert [(f.labels["host"], f.gpu) for f in thermal] == [("gpu-b", "1")], findings
+    assert {figure.labels["host"] for figure in thermal[0].figures} == {"gpu-b"}
 
 
 def test_the_gpu_host_dashboard_shows_the_chosen_host_only(central: Central) -> None:

@@ -1,0 +1,35 @@
+"""The recording rules' series names (level:metric:operation), each written once: the rules
+record them, and the rules, dashboards and report read them by these names."""
+
+from __future__ import annotations
+
+GPU_UTIL = "instance_gpu:mirrorwatch_gpu_utilization_ratio:avg1m"
+ACTIVE_REPLICA = "instance_run:mirrorwatch_training_replica_info:active"
+RUN_GPU_UTIL = "run_gpu:mirrorwatch_gpu_utilization_ratio:avg1m"
+RUN_UTIL = "run:mirrorwatch_gpu_utilization_ratio:avg1m"
+RUN_SPREAD = "run:mirrorwatch_gpu_utilization_ratio:spread1m"
+RUN_GPU_DEVIATION = "run_gpu:mirrorwatch_gpu_utilization_ratio:deviation1m"
+HOST_SPREAD = "instance:mirrorwatch_gpu_utilization_ratio:spread1m"
+THROTTLE = "instance_gpu:mirrorwatch_gpu_throttle_seconds:rate5m"
+# Per GPU: the share of the last minute it was throttled for heat (GpuThermalThrottling).
+THERMAL_MINUTE = "instance_gpu:mirrorwatch_gpu_thermal_throttle:ratio1m"
+# Per GPU and link: its replay, recovery and CRC error counters added up, recorded at every
+# evaluation (the scrape's resolution), so that GpuNvlinkErrors takes the 10-minute increase of
+# one series per link rather than of one per link and error type (4 times as many samples).
+# The four counters of a link are the driver's and reset together, with the driver: their sum
+# is a counter too.
+NVLINK_ERRORS = "instance_gpu_link:mirrorwatch_gpu_nvlink_errors_total:sum"
+THROUGHPUT = "instance_run:mirrorwatch_training_examples_per_second:sum"
+THROUGHPUT_BASELINE = "instance_run:mirrorwatch_training_examples_per_second:median1h"
+GPU_SM_ACTIVITY = "instance_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m"
+RUN_GPU_SM_ACTIVITY = "run_gpu:mirrorwatch_gpu_sm_activity_ratio:avg1m"
+# Per run GPU: SM activity (GPM) where every GPU of the run has it, else utilisation; the
+# `source` label says which (sm_activity, utilization). The run's spread is taken of this.
+RUN_GPU_BALANCE = "run_gpu:mirrorwatch_gpu_balance_ratio:avg1m"
+
+
+# A run across hosts (MultiWorkerMirroredStrategy): each worker reports its own share of the
+# examples, so the run's throughput is their sum; its steps are every worker's (never summed).
+RUN_THROUGHPUT = "run:mirrorwatch_training_examples_per_second:sum"
+RUN_THROUGHPUT_BASELINE = "run:mirrorwatch_training_examples_per_second:median1h"
+RUN_WORKERS = "run:mirrorwatch_training_active:count"
