@@ -7,6 +7,13 @@ straight from the snapshot, by the GPU families' line writer (exposition.Series)
 ``name{labels} `` is the same from push to push (labels are the run, the worker, a replica, a
 GPU), so each push takes the worker's series from its previous push where the same and only
 writes the values anew. Activity and the replica -> GPU join are per scrape.
+
+Measured at the default ingest limits (64 workers of 16 replicas, 8 stand-in GPUs;
+`bench/writer_bench.py`, bench/results/writer.json): a scrape costs about 2.4 ms with the
+lines kept from push to push, 13 ms when they are written on every scrape ("push_lines"); the
+scrape after every worker pushed, 20 ms with the series taken from the previous push, 50 ms
+without ("push_series"); the replica rows kept while the GPUs stay the same save 0.9 ms of
+the 2.4 ("replica_rows").
 """
 
 from __future__ import annotations
