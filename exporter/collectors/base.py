@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -43,12 +44,18 @@ class GpuCollector(Protocol):
 _SERIES: dict[tuple[object, ...], Series] = {}
 
 
+def _index(gpu: GpuDevice) -> str:
+    """The ``gpu`` label: one string per GPU for all its series (about 80 a GPU), not one each;
+    interned, as GPU indexes are few."""
+    return sys.intern(str(gpu.index))
+
+
 def _new_series(
     name: str, label_names: tuple[str, ...], gpu: GpuDevice, extra: tuple[str, ...]
 ) -> Series:
     if len(_SERIES) >= SERIES_CACHE_SIZE:  # label churn: start afresh, stay bounded
         _SERIES.clear()
-    series = Series(name, label_names, (str(gpu.index), gpu.uuid, *extra))
+    series = Series(name, label_names, (_index(gpu), gpu.uuid, *extra))
     _SERIES[(name, gpu.index, gpu.uuid, extra)] = series
     return series
 
@@ -80,7 +87,7 @@ class StaticGpuFamily(GpuFamily):
 
     def add(self, gpu: GpuDevice, value: float | None, *extra: str) -> None:
         if value is not None:
-            values = (str(gpu.index), gpu.uuid, *extra)
+            values = (_index(gpu), gpu.uuid, *extra)
             self.family.add(Series(self._name, self._label_names, values), value)
 
 
