@@ -69,8 +69,8 @@ class Series:
             raise ValueError(f"{name}: labels {names} for values {values}")
         self.name, self.names, self.values = name, names, values
         labels = _render_labels(dict(zip(names, values, strict=True)))
-        # The last line saves formatting a value that repeats: 8%, 8% and 14% of the scrape's
-        # own CPU at 2, 8 and 32 GPUs (0.07, 0.16, 1.05 ms; `bench/writer_bench.py`,
+        # The last line saves formatting a value that repeats: 18%, 12% and 9% of the scrape's
+        # own CPU at 2, 8 and 32 GPUs (0.16, 0.25, 0.86 ms; `bench/writer_bench.py`,
         # "last_line"). No line yet: the prefix alone, under NaN, which equals nothing, so it
         # is never reused.
         self._last: tuple[float, str] = (_NAN, f"{name}{labels} ")

@@ -38,8 +38,8 @@ class GpuCollector(Protocol):
 # Each GPU series, by (series name, GPU index, UUID, extra label values), kept between scrapes
 # with its line prefix and last line (exposition.Series). The series name fixes the label
 # names, so they need not be in the key. Saves writing each sample's labels again (sorting,
-# escaping, formatting): 44%, 63% and 64% of the scrape's own CPU at 2, 8 and 32 GPUs (0.31,
-# 1.24, 4.82 ms) on the stand-in NVML, for 1.2 MiB kept at 32 GPUs with the static families'
+# escaping, formatting): 45%, 56% and 65% of the scrape's own CPU at 2, 8 and 32 GPUs (0.35,
+# 1.54, 5.45 ms) on the stand-in NVML, for 1.1 MiB kept at 32 GPUs with the static families'
 # (`bench/writer_bench.py`, "series", bench/results/writer.json).
 _SERIES: dict[tuple[object, ...], Series] = {}
 
@@ -123,8 +123,8 @@ class StaticFamilies:
     For what does not change between scrapes (identity, limits, maximum clocks, topology).
     ``key`` holds the inputs (GPU objects compare by identity, then values); while it equals
     the last one the same families are yielded again. One instance per collector. Saves
-    building them, above all the n·(n-1) topology series: 17%, 33% and 87% of the scrape's
-    own CPU at 2, 8 and 32 GPUs (0.12, 0.65, 6.4 ms; `bench/writer_bench.py`,
+    building them, above all the n·(n-1) topology series: 18%, 32% and 83% of the scrape's
+    own CPU at 2, 8 and 32 GPUs (0.18, 0.65, 6.6 ms; `bench/writer_bench.py`,
     "static_families").
     """
 

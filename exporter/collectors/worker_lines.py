@@ -9,11 +9,11 @@ GPU), so each push takes the worker's series from its previous push where the sa
 writes the values anew. Activity and the replica -> GPU join are per scrape.
 
 Measured at the default ingest limits (64 workers of 16 replicas, 8 stand-in GPUs;
-`bench/writer_bench.py`, bench/results/writer.json): a scrape costs about 2.4 ms with the
-lines kept from push to push, 13 ms when they are written on every scrape ("push_lines"); the
-scrape after every worker pushed, 20 ms with the series taken from the previous push, 50 ms
-without ("push_series"); the replica rows kept while the GPUs stay the same save 0.9 ms of
-the 2.4 ("replica_rows").
+`bench/writer_bench.py`, bench/results/writer.json): a scrape costs 2.3 ms with the lines
+kept from push to push, 12 ms when they are written on every scrape ("push_lines"); the scrape
+after every worker pushed, 17 ms with the series taken from the previous push, 46 ms without
+("push_series"); the replica rows kept while the GPUs stay the same save 1.3 ms of 2.6
+("replica_rows").
 """
 
 from __future__ import annotations
