@@ -37,6 +37,8 @@ from mirrorwatch.exporter.collectors import base
 from mirrorwatch.exporter.collectors.processes import UNKNOWN_PROCESS, top_by_memory
 from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics
 from mirrorwatch.exporter.exposition import OpenMetricsRenderer, TextRenderer
+from mirrorwatch.exporter.simulate.backend import SimulatedBackend
+from mirrorwatch.exporter.simulate.scenario import load_scenario
 from tests.exporter.broken_key import Key, KeyChanging
 from tests.exporter.static_gpu import StaticBackend, StaticGpu
 
@@ -149,7 +151,30 @@ def oracle(gpus: list[GpuDevice], top: int) -> list[Metric]:
             add(names.GPU_SM_OCCUPANCY_RATIO, gpu, gpm.sm_occupancy_ratio)
             add(names.GPU_TENSOR_ACTIVITY_RATIO, gpu, gpm.tensor_activity_ratio)
             add(names.GPU_DRAM_ACTIVITY_RATIO, gpu, gpm.dram_activity_ratio)
+        mig(add, gpu)
     return list(expected.families.values())
+
+
+def mig(add: Callable[..., None], gpu: GpuDevice) -> None:
+    """A MIG-enabled GPU's devices; GPM once per GPU instance (its compute instances share it)."""
+    enabled = gpu.mig_enabled()
+    if enabled is None:
+        return
+    add(names.GPU_MIG_ENABLED, gpu, 1.0 if enabled else 0.0)
+    instances = set()
+    for device in gpu.mig_devices():
+        ids = (str(device.gpu_instance), str(device.compute_instance))
+        add(names.GPU_MIG_INFO, gpu, 1, device.mig_uuid, *ids, device.profile)
+        if device.memory is not None:
+            add(names.GPU_MIG_MEMORY_USED_BYTES, gpu, device.memory.used, *ids)
+            add(names.GPU_MIG_MEMORY_TOTAL_BYTES, gpu, device.memory.total, *ids)
+        add(names.GPU_MIG_PROCESSES, gpu, device.processes, *ids)
+        if device.gpm is not None and device.gpu_instance not in instances:
+            instances.add(device.gpu_instance)
+            add(names.GPU_MIG_SM_ACTIVITY_RATIO, gpu, device.gpm.sm_activity_ratio, ids[0])
+            add(names.GPU_MIG_SM_OCCUPANCY_RATIO, gpu, device.gpm.sm_occupancy_ratio, ids[0])
+            add(names.GPU_MIG_TENSOR_ACTIVITY_RATIO, gpu, device.gpm.tensor_activity_ratio, ids[0])
+            add(names.GPU_MIG_DRAM_ACTIVITY_RATIO, gpu, device.gpm.dram_activity_ratio, ids[0])
 
 
 def by_family(text: str) -> dict[str, str]:
@@ -253,9 +278,25 @@ def test_every_gpu_family_is_what_prometheus_client_writes_from_the_readings() -
         written |= set(exported[0])
     gpu_families = {str(m) for m in names.METRICS if m.labels[:2] == names.GPU}
     unwritten = gpu_families - written
-    # MIG (tests/exporter/test_mig_simulated.py) and the training join's foreign processes
+    # MIG (below, on the simulator) and the training join's foreign processes
     # (test_ingest_processes.py) are the only GPU families these boards do not have.
     assert {name for name in unwritten if "_mig_" not in name and "foreign" not in name} == set()
+
+
+@pytest.mark.parametrize("scenario", ["gpu-lost", "xid", "mig"])
+def test_a_simulated_host_writes_what_prometheus_client_writes_from_its_readings(
+    scenario: str,
+) -> None:
+    # The simulator's readings at each second, going back in time too: a lost GPU (20 s), XID
+    # events that come and go, MIG devices.
+    now = [0.0]
+    backend = SimulatedBackend(load_scenario(scenario, gpus=4), clock=lambda: now[0])
+    metrics = GpuMetrics(backend, ExporterInfo("1", run_ttl_seconds=300))
+    for now[0] in (5.0, 5.0, 5.25, 6.0, 19.5, 25.0, 25.0, 7.0, 300.0):
+        exported = the_exporter_writes(metrics)
+        assert exported == prometheus_client_writes(oracle(list(backend.gpus()), 5)), now[0]
+    if scenario == "mig":
+        assert "mirrorwatch_gpu_mig_info" in exported[0]
 
 
 @pytest.mark.parametrize(
