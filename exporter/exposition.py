@@ -11,8 +11,8 @@ The GPU and training families are ``WrittenFamily``s: each sample's line is writ
 added, by its ``Series``, which writes its ``name{labels} `` once and keeps its last line (the
 GPU series between scrapes, collectors/base.py; a training worker's from push to push,
 collectors/worker_lines.py), so the renderers only join lines. The exporter's own few families
-(``mirrorwatch_up``, build info, ingest rejections, foreign processes) are prometheus_client's
-and go through the renderers' loop over their samples.
+(``mirrorwatch_up``, build info, ingest rejections) are prometheus_client's and go through the
+renderers' loop over their samples, which keeps nothing between scrapes.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from prometheus_client.metrics_core import Metric
 
 from mirrorwatch.contract import metrics as names
 from mirrorwatch.exporter.backend import GpuBackend, GpuDevice
-from mirrorwatch.exporter.collectors.base import counter, gauge, written
+from mirrorwatch.exporter.collectors.base import GpuFamily, counter, non_empty, written
 from mirrorwatch.exporter.collectors.worker_lines import FAMILIES, Lines, WorkerLines
 from mirrorwatch.exporter.exposition import WrittenFamily
 from mirrorwatch.exporter.ingest.errors import RejectionCounter
@@ -112,8 +112,8 @@ class TrainingMetrics:
                 if gpu is not None:
                     uuids.add(gpu.uuid)
         devices = self._devices() if any(uuids for _, uuids in runs.values()) else {}
-        count = gauge(names.GPU_FOREIGN_PROCESSES)
-        memory = gauge(names.GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES)
+        count = GpuFamily(names.GPU_FOREIGN_PROCESSES)
+        memory = GpuFamily(names.GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES)
         for run, (workers, uuids) in sorted(runs.items()):
             if run in unmatched:
                 continue
@@ -124,13 +124,10 @@ class TrainingMetrics:
                     continue
                 own = self._owners.host_pids(workers, (p.pid for p in reading.processes))
                 foreign = [p for p in reading.processes if p.pid not in own]
-                labels = [str(gpu_device.index), uuid, run]
-                count.add_metric(labels, len(foreign))
+                count.add(gpu_device, len(foreign), run)
                 used = [p.used_memory_bytes for p in foreign if p.used_memory_bytes is not None]
-                memory.add_metric(labels, sum(used))
-        for family in (count, memory):
-            if family.samples:
-                yield family
+                memory.add(gpu_device, sum(used), run)
+        yield from non_empty(count, memory)
 
     def _devices(self) -> dict[str, GpuDevice]:
         try:
