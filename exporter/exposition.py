@@ -114,9 +114,9 @@ class WrittenFamily(Metric):
         self.lines.append(series.line(value))
         self._points.append((series, value))
 
-    def extend(self, lines: str, points: Sequence[Point]) -> None:
+    def extend(self, lines: Sequence[str], points: Sequence[Point]) -> None:
         """Lines written already, ``points``' lines in their order."""
-        self.lines.append(lines)
+        self.lines += lines
         self._points += points
 
     @property
