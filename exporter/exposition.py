@@ -99,29 +99,36 @@ class WrittenFamily(Metric):
     renderers write its HELP and TYPE and then its ``lines`` as they are.
 
     ``add`` writes one sample's line; ``extend`` adds lines written before (a training
-    worker's, written once per push) with their points. ``samples`` makes prometheus_client's
-    samples from the points only when something reads them (/api/v1/gpus, prometheus_client's
-    own encoders), so a scrape through these renderers never builds a ``Sample``; it is a
-    fresh list on each read.
+    worker's, written once per push) with their series and values. ``samples`` makes
+    prometheus_client's samples from the series and values only when something reads them
+    (/api/v1/gpus, prometheus_client's own encoders), so a scrape through these renderers never
+    builds a ``Sample``; it is a fresh list on each read.
     """
 
     def __init__(self, name: str, documentation: str, typ: str) -> None:
         self.lines: list[str] = []
-        self._points: list[Point] = []
+        # Each line's series and value, side by side (no tuple per sample).
+        self._series: list[Series] = []
+        self._values: list[float] = []
         super().__init__(name, documentation, typ)
 
     def add(self, series: Series, value: float) -> None:
         self.lines.append(series.line(value))
-        self._points.append((series, value))
+        self._series.append(series)
+        self._values.append(value)
 
-    def extend(self, lines: Sequence[str], points: Sequence[Point]) -> None:
-        """Lines written already, ``points``' lines in their order."""
+    def extend(
+        self, lines: Sequence[str], series: Sequence[Series], values: Sequence[float]
+    ) -> None:
+        """Lines written already by ``series`` from ``values``, in their order."""
         self.lines += lines
-        self._points += points
+        self._series += series
+        self._values += values
 
     @property
     def samples(self) -> list[Sample]:
-        return [Sample(series.name, series.labels, value) for series, value in self._points]
+        pairs = zip(self._series, self._values, strict=True)
+        return [Sample(series.name, series.labels, value) for series, value in pairs]
 
     @samples.setter
     def samples(self, samples: list[Sample]) -> None:

@@ -67,7 +67,7 @@ class TrainingMetrics:
         for view, worker in zip(views, self._worker_lines(views), strict=True):
             add(names.TRAINING_ACTIVE, worker.active(view.active))
             rows = worker.replica_info(gpus)
-            if rows[1]:
+            if rows[0]:
                 add(names.TRAINING_REPLICA_INFO, rows)
             for row, lines in worker.lines.items():
                 add(row, lines)

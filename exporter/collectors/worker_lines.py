@@ -59,9 +59,10 @@ _BUCKET_LABELS = ("le",)
 # A worker's series by its name and its label values beyond run and worker (the name fixes
 # the label names).
 SeriesKey = tuple[str, tuple[str, ...]]
-# A family's lines for one worker, and the points they were written from. The lines are the
-# series' own (each keeps its last), not joined: a joined copy would double the text kept.
-Lines = tuple[list[str], list[Point]]
+# A family's lines for one worker, and the series and values they were written from, side by
+# side. The lines are the series' own (each keeps its last), not joined: a joined copy would
+# double the text kept.
+Lines = tuple[list[str], list[Series], list[float]]
 
 
 class WorkerLines:
@@ -122,7 +123,7 @@ class WorkerLines:
 
     def active(self, active: bool) -> Lines:
         value = 1 if active else 0
-        return [self._active.line(value)], [(self._active, value)]
+        return [self._active.line(value)], [self._active], [value]
 
     def replica_info(self, gpus: GpuDirectory) -> Lines:
         """The replica -> GPU rows on these GPUs: written again only when the GPUs change."""
@@ -164,4 +165,5 @@ class WorkerLines:
 
     @staticmethod
     def _write(points: list[Point]) -> Lines:
-        return [series.line(value) for series, value in points], points
+        lines = [series.line(value) for series, value in points]
+        return lines, [series for series, _ in points], [value for _, value in points]

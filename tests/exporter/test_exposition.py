@@ -153,10 +153,14 @@ def test_lines_written_before_render_as_prometheus_client_renders_their_samples(
     counter = CounterMetricFamily("c", "a counter", labels=["run"])
     counter.add_metric(["r"], 12345.0)
     written_gauge = WrittenFamily("g", "h", "gauge")
-    written_gauge.extend([series.line(value) for series, value in points], points)
+    written_gauge.extend(
+        [series.line(value) for series, value in points],
+        [series for series, _ in points],
+        [value for _, value in points],
+    )
     written_counter = WrittenFamily("c", "a counter", "counter")
     counter_points = [(Series("c_total", ("run",), ("r",)), 12345.0)]
-    written_counter.extend([counter_points[0][0].line(12345)], counter_points)
+    written_counter.extend([counter_points[0][0].line(12345)], [counter_points[0][0]], [12345.0])
     written: list[Metric] = [written_gauge, written_counter]
     assert TextRenderer().render(written) == reference([gauge, counter])
     assert OpenMetricsRenderer().render(written) == reference_openmetrics([gauge, counter])
