@@ -167,6 +167,7 @@ bench: install tools
 	$(PY) bench/peers_bench.py --nvitop $(NVITOP_VENV)/bin/nvitop-exporter \
 	  --out $(BENCH_OUT)/peers.json
 	$(PY) bench/rss_bench.py --out $(BENCH_OUT)/rss.json
+	$(PY) bench/writer_bench.py --out $(BENCH_OUT)/writer.json
 	$(PY) bench/nvml_calls.py --nvitop $(NVITOP_VENV)/bin/nvitop-exporter \
 	  --out $(BENCH_OUT)/nvml-calls.json
 	$(PY) bench/trainer_bench.py --out $(BENCH_OUT)/trainer.json

@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 log = logging.getLogger(__name__)
 
 # Go's tls.ClientAuthType names (exporter-toolkit's tls_config.go) and Python's verify mode.
@@ -87,6 +85,10 @@ def load_web_config(path: Path) -> WebConfig:
         raise WebConfigError(f"cannot read {path}: {error.strerror or error}") from None
     except UnicodeDecodeError:
         raise WebConfigError(f"{path} is not UTF-8 text") from None
+    # Imported here: an exporter without --web-config-file never loads PyYAML (0.9 MiB of RSS,
+    # bench/rss_bench.py).
+    import yaml
+
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:

@@ -11,7 +11,7 @@ from prometheus_client.metrics_core import Metric
 
 from mirrorwatch.contract import metrics as names
 from mirrorwatch.exporter.backend import GpuBackend
-from mirrorwatch.exporter.collectors.base import GpuCollector, ScrapeView, gauge
+from mirrorwatch.exporter.collectors.base import GpuCollector, ScrapeView, gauge, written
 from mirrorwatch.exporter.collectors.clocks import ClocksCollector
 from mirrorwatch.exporter.collectors.device import DeviceCollector
 from mirrorwatch.exporter.collectors.ecc import EccCollector
@@ -27,7 +27,7 @@ from mirrorwatch.exporter.collectors.throttle import ThrottleCollector
 from mirrorwatch.exporter.collectors.topology import TopologyCollector
 from mirrorwatch.exporter.collectors.utilization import UtilizationCollector
 from mirrorwatch.exporter.collectors.xid import XidCollector
-from mirrorwatch.exporter.exposition import Series, WrittenFamily
+from mirrorwatch.exporter.exposition import Series
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,10 @@ class ExporterInfo:
 
 def _collector_series(name: str) -> tuple[Series, Series]:
     """The collector's success and duration series."""
-    labels = {"collector": name}
-    return Series(SUCCESS, labels), Series(DURATION, labels)
+    return (
+        Series(str(SUCCESS), SUCCESS.labels, (name,)),
+        Series(str(DURATION), DURATION.labels, (name,)),
+    )
 
 
 def _build(name: str, info: ExporterInfo) -> GpuCollector:
@@ -116,8 +118,7 @@ class GpuMetrics:
 
     def collect(self) -> Iterator[Metric]:
         view = self.view()
-        success = WrittenFamily(SUCCESS, SUCCESS.help, SUCCESS.type, SUCCESS)
-        duration = WrittenFamily(DURATION, DURATION.help, DURATION.type, DURATION)
+        success, duration = written(SUCCESS), written(DURATION)
         for name, collector in self._collectors:
             started = time.perf_counter()
             families, ok = self._run(name, collector, view)

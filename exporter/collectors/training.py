@@ -9,15 +9,9 @@ from prometheus_client.metrics_core import Metric
 
 from mirrorwatch.contract import metrics as names
 from mirrorwatch.exporter.backend import GpuBackend, GpuDevice
-from mirrorwatch.exporter.collectors.base import counter, gauge
-from mirrorwatch.exporter.collectors.worker_lines import (
-    ACTIVE,
-    FAMILIES,
-    REPLICA_INFO,
-    Family,
-    WorkerLines,
-)
-from mirrorwatch.exporter.exposition import RenderedFamily
+from mirrorwatch.exporter.collectors.base import GpuFamily, counter, non_empty, written
+from mirrorwatch.exporter.collectors.worker_lines import FAMILIES, Lines, WorkerLines
+from mirrorwatch.exporter.exposition import WrittenFamily
 from mirrorwatch.exporter.ingest.errors import RejectionCounter
 from mirrorwatch.exporter.ingest.owners import ProcessOwners, Worker
 from mirrorwatch.exporter.ingest.replicas import GpuDirectory
@@ -62,17 +56,24 @@ class TrainingMetrics:
 
     def _training(self, views: Sequence[WorkerView], gpus: GpuDirectory) -> Iterator[Metric]:
         """Every worker's lines, family by family; a family no worker has is left out."""
-        lines: dict[Family, list[str]] = {family: [] for family in FAMILIES}
-        active, replica_info = lines[ACTIVE], lines[REPLICA_INFO]
+        families: dict[names.Metric, WrittenFamily] = {}
+
+        def add(row: names.Metric, lines: Lines) -> None:
+            family = families.get(row)
+            if family is None:
+                family = families[row] = written(row)
+            family.extend(*lines)
+
         for view, worker in zip(views, self._worker_lines(views), strict=True):
-            active.append(worker.active(view.active))
-            if rows := worker.replica_info(gpus):
-                replica_info.append(rows)
-            for family, text in worker.lines.items():
-                lines[family].append(text)
-        for family in FAMILIES:
-            if lines[family]:
-                yield RenderedFamily(family.name, family.documentation, family.kind, lines[family])
+            add(names.TRAINING_ACTIVE, worker.active(view.active))
+            rows = worker.replica_info(gpus)
+            if rows[0]:
+                add(names.TRAINING_REPLICA_INFO, rows)
+            for row, lines in worker.lines.items():
+                add(row, lines)
+        for row in FAMILIES:
+            if row in families:
+                yield families[row]
 
     def _worker_lines(self, views: Sequence[WorkerView]) -> list[WorkerLines]:
         known = self._lines
@@ -111,8 +112,8 @@ class TrainingMetrics:
                 if gpu is not None:
                     uuids.add(gpu.uuid)
         devices = self._devices() if any(uuids for _, uuids in runs.values()) else {}
-        count = gauge(names.GPU_FOREIGN_PROCESSES)
-        memory = gauge(names.GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES)
+        count = GpuFamily(names.GPU_FOREIGN_PROCESSES)
+        memory = GpuFamily(names.GPU_FOREIGN_PROCESSES_MEMORY_USED_BYTES)
         for run, (workers, uuids) in sorted(runs.items()):
             if run in unmatched:
                 continue
@@ -123,13 +124,10 @@ class TrainingMetrics:
                     continue
                 own = self._owners.host_pids(workers, (p.pid for p in reading.processes))
                 foreign = [p for p in reading.processes if p.pid not in own]
-                labels = [str(gpu_device.index), uuid, run]
-                count.add_metric(labels, len(foreign))
+                count.add(gpu_device, len(foreign), run)
                 used = [p.used_memory_bytes for p in foreign if p.used_memory_bytes is not None]
-                memory.add_metric(labels, sum(used))
-        for family in (count, memory):
-            if family.samples:
-                yield family
+                memory.add(gpu_device, sum(used), run)
+        yield from non_empty(count, memory)
 
     def _devices(self) -> dict[str, GpuDevice]:
         try:

@@ -12,7 +12,6 @@ from mirrorwatch.exporter.negotiation import OFFERS, OPENMETRICS, accepts_gzip, 
 from mirrorwatch.exporter.state import ExporterState, get_state
 
 router = APIRouter()
-# Only caches of label-set strings: rendering the same GPUs again skips their escaping.
 _text = TextRenderer()
 _openmetrics = OpenMetricsRenderer()
 VARY = "Accept-Encoding, Accept"

@@ -24,17 +24,11 @@ from prometheus_client.utils import floatToGoString
 
 from mirrorwatch.exporter.collectors.registry import ExporterInfo, GpuMetrics
 from mirrorwatch.exporter.exposition import (
-    LabelTemplate,
     OpenMetricsRenderer,
-    RenderedFamily,
     Series,
     TextRenderer,
     WrittenFamily,
-    escape_label_value,
     go_float,
-    line_prefix,
-    mark_static,
-    sample_text,
 )
 from mirrorwatch.exporter.simulate.backend import SimulatedBackend
 from mirrorwatch.exporter.simulate.scenario import load_scenario
@@ -82,7 +76,6 @@ def test_simulated_host_renders_identically() -> None:
     families = list(GpuMetrics(backend, ExporterInfo("1", run_ttl_seconds=300)).collect())
     renderer = TextRenderer()
     assert renderer.render(families) == reference(families)
-    assert renderer.render(families) == reference(families)  # from the label cache
 
 
 def test_awkward_values_types_and_help_render_identically() -> None:
@@ -90,21 +83,11 @@ def test_awkward_values_types_and_help_render_identically() -> None:
     assert TextRenderer().render(families) == reference(families)
 
 
-def test_the_label_cache_stays_bounded() -> None:
-    renderer = TextRenderer(cache_size=10)
-    gauge = GaugeMetricFamily("g", "h", labels=["n"])
-    for number in range(25):
-        gauge.add_metric([str(number)], number)
-    assert renderer.render([gauge]) == reference([gauge])
-    assert len(renderer._labels) <= 10
-
-
 def test_simulated_host_renders_identically_in_openmetrics() -> None:
     backend = SimulatedBackend(load_scenario("nvlink-errors", gpus=4), clock=lambda: 90.0)
     families = list(GpuMetrics(backend, ExporterInfo("1", run_ttl_seconds=300)).collect())
     renderer = OpenMetricsRenderer()
     assert renderer.render(families) == reference_openmetrics(families)
-    assert renderer.render(families) == reference_openmetrics(families)  # from the label cache
 
 
 def test_awkward_values_types_units_and_help_render_identically_in_openmetrics() -> None:
@@ -130,27 +113,13 @@ def test_exemplars_go_through_prometheus_client_in_openmetrics() -> None:
 
 def test_a_series_writes_its_labels_sorted_and_escaped_as_both_formats_do() -> None:
     labels = {"uuid": 'GPU-"1"', "gpu": "0", "path": "a\\b\nc"}
-    written = WrittenFamily("g", "h", "gauge", "g")
-    written.add(Series("g", labels), 1.0)
+    written = WrittenFamily("g", "h", "gauge")
+    written.add(Series("g", tuple(labels), tuple(labels.values())), 1.0)
     assert written.lines == ['g{gpu="0",path="a\\\\b\\nc",uuid="GPU-\\"1\\""} 1.0\n']
     gauge = GaugeMetricFamily("g", "h", labels=["gpu", "uuid", "path"])
     gauge.samples.append(Sample("g", labels, 1.0))
     assert TextRenderer().render([written]) == reference([gauge])
     assert OpenMetricsRenderer().render([written]) == reference_openmetrics([gauge])
-
-
-def test_a_static_family_is_rendered_once_then_its_text_reused() -> None:
-    static = mark_static(GaugeMetricFamily("static", "s", value=1.0))
-    fresh = GaugeMetricFamily("fresh", "f", value=2.0)
-    for renderer in (TextRenderer(), OpenMetricsRenderer()):
-        first = renderer.render([static, fresh])
-        static.samples[0] = static.samples[0]._replace(value=5.0)  # breaks the promise on purpose
-        fresh.samples[0] = fresh.samples[0]._replace(value=3.0)
-        second = renderer.render([static, fresh])
-        assert b"static 1.0" in second  # its text came from the first render
-        assert b"fresh 3.0" in second
-        assert b"static 1.0" in first
-        static.samples[0] = static.samples[0]._replace(value=1.0)
 
 
 def test_openmetrics_scrape_parses_to_the_samples_of_the_text_scrape() -> None:
@@ -169,29 +138,33 @@ def test_openmetrics_scrape_parses_to_the_samples_of_the_text_scrape() -> None:
     assert samples(openmetrics_families(om)) == parsed_text  # type: ignore[no-untyped-call]
 
 
-def test_written_lines_render_as_prometheus_client_renders_their_samples() -> None:
-    # A RenderedFamily's lines, written by line_prefix/sample_text from a LabelTemplate, against
-    # the same samples added to prometheus_client's own families.
-    template = LabelTemplate("worker", "run", "le")  # given unsorted: written sorted
+def test_lines_written_before_render_as_prometheus_client_renders_their_samples() -> None:
+    # Lines written once and added whole (a training worker's, per push), labels given
+    # unsorted, against the same samples added to prometheus_client's own families.
     values = (81_234_567_890.0, 0.1, 2.0**31, 1e-7, -3.5, 0.0)
     gauge = GaugeMetricFamily("g", "h", labels=["run", "worker", "le"])
-    lines = []
+    points = []
     for worker, value in enumerate(values):
         labels = {"run": 'r"\\\n', "worker": str(worker), "le": "+Inf"}
         gauge.add_metric(list(labels.values()), value)
-        escaped = {name: escape_label_value(text) for name, text in labels.items()}
-        lines.append(sample_text(line_prefix("g", template.text(escaped)), value))
+        points.append(
+            (Series("g", ("worker", "run", "le"), (str(worker), 'r"\\\n', "+Inf")), value)
+        )
     counter = CounterMetricFamily("c", "a counter", labels=["run"])
     counter.add_metric(["r"], 12345.0)
-    counter_line = sample_text(
-        line_prefix("c_total", LabelTemplate("run").text({"run": "r"})), 12345
+    written_gauge = WrittenFamily("g", "h", "gauge")
+    written_gauge.extend(
+        [series.line(value) for series, value in points],
+        [series for series, _ in points],
+        [value for _, value in points],
     )
-    written: list[Metric] = [
-        RenderedFamily("g", "h", "gauge", lines),
-        RenderedFamily("c", "a counter", "counter", [counter_line]),
-    ]
+    written_counter = WrittenFamily("c", "a counter", "counter")
+    counter_points = [(Series("c_total", ("run",), ("r",)), 12345.0)]
+    written_counter.extend([counter_points[0][0].line(12345)], [counter_points[0][0]], [12345.0])
+    written: list[Metric] = [written_gauge, written_counter]
     assert TextRenderer().render(written) == reference([gauge, counter])
     assert OpenMetricsRenderer().render(written) == reference_openmetrics([gauge, counter])
+    assert written_gauge.samples == gauge.samples
 
 
 def test_values_are_written_as_prometheus_client_writes_them() -> None:
@@ -224,9 +197,9 @@ def test_a_series_writes_each_value_as_prometheus_client_does_repeated_or_not() 
     # 1.0), NaN (equal to nothing) and each value twice running, against add_metric's samples.
     values = [0.0, -0.0, -0.0, 0, 0.0, 1, True, 1.0, 1.0, float("nan"), float("nan")]
     values += [float("inf"), float("inf"), 12_345_678.9, 12_345_678.9, -0.0, 2.5]
-    series = Series("g", {"gpu": "0", "uuid": 'GPU-"0"'})
+    series = Series("g", ("gpu", "uuid"), ("0", 'GPU-"0"'))
     for value in values:
-        written = WrittenFamily("g", "h", "gauge", "g")
+        written = WrittenFamily("g", "h", "gauge")
         written.add(series, value)
         expected = GaugeMetricFamily("g", "h", labels=["gpu", "uuid"])
         expected.add_metric(["0", 'GPU-"0"'], value)
@@ -235,8 +208,8 @@ def test_a_series_writes_each_value_as_prometheus_client_does_repeated_or_not() 
 
 
 def test_a_written_counter_renders_as_prometheus_clients_counter() -> None:
-    series = Series("c_total", {"gpu": "0"})
-    written = WrittenFamily("c", "a counter", "counter", "c_total")
+    series = Series("c_total", ("gpu",), ("0",))
+    written = WrittenFamily("c", "a counter", "counter")
     written.add(series, 81_234_567_890.0)
     expected = CounterMetricFamily("c", "a counter", labels=["gpu"], created=None)
     expected.add_metric(["0"], 81_234_567_890.0)
@@ -246,8 +219,8 @@ def test_a_written_counter_renders_as_prometheus_clients_counter() -> None:
 
 def test_a_written_familys_samples_are_made_from_what_was_added() -> None:
     labels = {"gpu": "0"}
-    written = WrittenFamily("g", "h", "gauge", "g")
-    written.add(Series("g", labels), 2.0)
+    written = WrittenFamily("g", "h", "gauge")
+    written.add(Series("g", ("gpu",), ("0",)), 2.0)
     assert written.samples == [Sample("g", labels, 2.0)]
     with pytest.raises(TypeError):
         written.samples = [Sample("g", labels, 3.0)]

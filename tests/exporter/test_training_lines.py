@@ -29,6 +29,7 @@ from mirrorwatch.exporter.ingest.schema import StepDurations
 from mirrorwatch.exporter.ingest.store import Limits, RunStore, WorkerView
 from mirrorwatch.exporter.logs import RejectionLog
 from mirrorwatch.exporter.settings import Settings
+from tests.exporter.broken_key import KeyChanging
 from tests.exporter.ingest_snapshots import BUS0, BUS1, UUID0, UUID1, FakeClock, snapshot
 from tests.exporter.static_gpu import StaticBackend, StaticGpu
 
@@ -318,3 +319,41 @@ def test_a_gpu_that_leaves_takes_its_replica_rows_with_it_at_the_next_scrape(
     rendered(metrics)
     backend.devices = backend.devices[:1]  # GPU 1 (UUID0) is gone; the kept lines are not
     assert rendered(metrics) == expected(store, backend)
+
+
+def test_pushes_whose_values_repeat_change_and_flip_zeros_sign_stay_what_prometheus_client_writes(
+    store: RunStore, backend: StaticBackend, clock: FakeClock
+) -> None:
+    # Each push rewrites the worker's lines from its previous push's series: a value that
+    # repeats, one that changes, 0.0 and -0.0, a replica that comes and goes, a worker that is
+    # forgotten and one that is new.
+    metrics = collector(store, backend)
+    losses = (0.25, 0.25, -0.0, 0.0, 0.0, -0.0, 1e-7, 1e-7)
+    for sequence, loss in enumerate(losses, start=2):
+        clock.advance(1)
+        devices = [{"replica": 0, "device": "d", "uuid": UUID0, "memory_peak_bytes": loss}]
+        if sequence % 3:
+            devices.append({"replica": 1, "device": "d", "uuid": UUID1, "memory_peak_bytes": 2.0})
+        store.put(
+            "r1",
+            0,
+            snapshot(sequence=sequence, loss=loss, epoch=sequence // 3, replica_devices=devices),
+        )
+        if sequence == 5:
+            store.delete("z", 3)
+            store.put("new", 4, snapshot())
+        assert rendered(metrics) == expected(store, backend), (sequence, loss)
+
+
+def test_a_broken_series_reuse_key_fails_the_oracle(
+    store: RunStore, backend: StaticBackend, clock: FakeClock
+) -> None:
+    # The next push finds each series by its name alone, the extra label values dropped from
+    # the key (a bucket's le, a replica's number and kind): the oracle must see it.
+    metrics = collector(store, backend)
+    assert rendered(metrics) == expected(store, backend)
+    for lines in metrics._lines.values():
+        lines._series = KeyChanging(lambda key: key[:1], lines._series)
+    clock.advance(1)
+    store.put("r1", 0, snapshot(sequence=2, steps_total=150))
+    assert rendered(metrics) != expected(store, backend)
