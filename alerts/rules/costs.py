@@ -47,7 +47,9 @@ def _zero_where_not(expr: str, every: str) -> str:
 
 
 def clock_cost(kind: str) -> str:
-    """1 - SM clock ratio on each run GPU while ``kind`` holds it back."""
+    """1 - SM clock ratio on each run GPU while ``kind`` holds it back. The condition is asked
+    again rather than read from the cause rules' series: those need the cause's evidence too
+    (a temperature, a power limit), which the cost does not."""
     held = q.held(cause(kind), q.RULES)
     lost = f"(1 - ({q.sm_clock_ratio(q.RULES)}))\nand on ({GPU_KEY})\n({held})"
     return attach_run(f"max by ({GPU_KEY}) (\n  {lost}\n)\nor\n0 * {q.GPU_UTIL}")
@@ -100,13 +102,15 @@ def imbalance_cost() -> str:
     return f'max by ({RUN_GPU_KEY}) ({RUN_GPU_CAUSE}{{cause="imbalance"}})'
 
 
-def rules(t: Thresholds) -> list[Record]:
-    every = q.RUN_GPU_UTIL
-    costed = [
-        *((c.kind, clock_cost(c.kind)) for c in THROTTLES),
-        ("straggler", f"(\n  {measured_straggler()}\n)\nor\n(\n  {estimated_straggler()}\n)"),
-        ("imbalance", imbalance_cost()),
+def _costs(costed: list[tuple[str, str]]) -> list[Record]:
+    return [
+        Record(COST, _zero_where_not(expr, q.RUN_GPU_UTIL), labels={"cause": kind})
+        for kind, expr in costed
     ]
+
+
+def rules(t: Thresholds) -> list[Record]:
+    """The clock causes' costs, and each run GPU's power, which the straggler's estimate reads."""
     return [
         Record(
             RUN_GPU_POWER,
@@ -115,9 +119,21 @@ def rules(t: Thresholds) -> list[Record]:
             "  * on («UUID_KEY») group_left (gpu)\n"
             "    avg_over_time(mirrorwatch_gpu_power_watts[1m])\n)",
         ),
-        *(
-            Record(COST, _zero_where_not(expr, every), labels={"cause": kind})
-            for kind, expr in costed
+        *_costs([(c.kind, clock_cost(c.kind)) for c in THROTTLES]),
+    ]
+
+
+def run_rules(t: Thresholds) -> list[Record]:
+    """The straggler's and the imbalance's costs, and every cost's 5-minute mean."""
+    return [
+        *_costs(
+            [
+                (
+                    "straggler",
+                    f"(\n  {measured_straggler()}\n)\nor\n(\n  {estimated_straggler()}\n)",
+                ),
+                ("imbalance", imbalance_cost()),
+            ]
         ),
         Record(COST_5M, f"avg_over_time({COST}[5m])"),
         Record(RUN_COST_5M, f"max by ({RUN_KEY}) ({COST_5M})"),

@@ -1,4 +1,6 @@
-"""Recording rules: per-GPU and per-run utilisation, its spread, throttle time and throughput."""
+"""Recording rules: per-GPU and per-run utilisation, its spread, throughput; throttle time and
+NVLink errors, each in a group of its own (alerts/build.py RECORDING_GROUPS): no rule of the
+utilisation chain reads them, and each reads a metric with several series per GPU."""
 
 from __future__ import annotations
 
@@ -95,16 +97,6 @@ def rules(t: Thresholds) -> list[Record]:
             """,
             {"busy_unassigned": q.busy_unassigned(t.busy_utilization_ratio)},
         ),
-        # Seconds throttled per second: the fraction of time each reason held clocks back.
-        # increase / 300 rather than rate(): the same number from Prometheus and vmalert.
-        Record(q.THROTTLE, q.throttle_share_of_window(q.RULES, "5m", 300)),
-        # Minute by minute, so that "throttled for heat in each of the last five minutes" can
-        # be asked: a 5-minute mean is above 0 for five minutes after any one-minute blip.
-        Record(q.THERMAL_MINUTE, q.throttled_share_of_minute("thermal", THERMAL_REASONS)),
-        Record(
-            q.NVLINK_ERRORS,
-            "sum by («GPU_KEY», link) (mirrorwatch_gpu_nvlink_errors_total)",
-        ),
         Record(
             q.THROUGHPUT,
             """
@@ -132,4 +124,24 @@ def rules(t: Thresholds) -> list[Record]:
         # Its workers that report in now: a worker gone quiet lowers the run's sum without
         # the run slowing down, so the throughput alert waits for all of them.
         Record(q.RUN_WORKERS, "count by (run) (mirrorwatch_training_active == 1)"),
+    ]
+
+
+def throttle_rules(t: Thresholds) -> list[Record]:
+    return [
+        # Seconds throttled per second: the fraction of time each reason held clocks back.
+        # increase / 300 rather than rate(): the same number from Prometheus and vmalert.
+        Record(q.THROTTLE, q.throttle_share_of_window(q.RULES, "5m", 300)),
+        # Minute by minute, so that "throttled for heat in each of the last five minutes" can
+        # be asked: a 5-minute mean is above 0 for five minutes after any one-minute blip.
+        Record(q.THERMAL_MINUTE, q.throttled_share_of_minute("thermal", THERMAL_REASONS)),
+    ]
+
+
+def nvlink_rules(t: Thresholds) -> list[Record]:
+    return [
+        Record(
+            q.NVLINK_ERRORS,
+            "sum by («GPU_KEY», link) (mirrorwatch_gpu_nvlink_errors_total)",
+        ),
     ]
