@@ -91,6 +91,9 @@ RUN_UTIL = "run:mirrorwatch_gpu_utilization_ratio:avg1m"
 RUN_SPREAD = "run:mirrorwatch_gpu_utilization_ratio:spread1m"
 RUN_GPU_DEVIATION = "run_gpu:mirrorwatch_gpu_utilization_ratio:deviation1m"
 HOST_SPREAD = "instance:mirrorwatch_gpu_utilization_ratio:spread1m"
+# The busy GPUs of a host that belong to no active run (busy_unassigned), recorded once: the
+# host-level cause rules read them a dozen times an evaluation (docs/scale.md).
+BUSY_UNASSIGNED = "instance_gpu:mirrorwatch_gpu_utilization_ratio:busy_unassigned"
 THROTTLE = "instance_gpu:mirrorwatch_gpu_throttle_seconds:rate5m"
 # Per GPU: the share of the last minute it was throttled for heat (GpuThermalThrottling).
 THERMAL_MINUTE = "instance_gpu:mirrorwatch_gpu_thermal_throttle:ratio1m"

@@ -221,8 +221,9 @@ def attach_run(expr: str) -> str:
 
 
 def host_rules(t: Thresholds) -> list[Record]:
-    """The busy GPUs of a host in no active run (the host-scope imbalance's GPUs)."""
-    members = q.busy_unassigned(t.busy_utilization_ratio)
+    """The busy GPUs of a host in no active run (the host-scope imbalance's GPUs), as the
+    recording group recorded them."""
+    members = f"({q.BUSY_UNASSIGNED})"
     lag = f"max by ({TARGET_KEY}) {members}\n- on ({TARGET_KEY}) group_right ()\n{members}"
     known = _before(GPU_CAUSE)
     return [

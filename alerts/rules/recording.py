@@ -86,6 +86,7 @@ def rules(t: Thresholds) -> list[Record]:
             """,
         ),
         # Without training telemetry: the busy GPUs of one host that belong to no active run.
+        Record(q.BUSY_UNASSIGNED, q.busy_unassigned(t.busy_utilization_ratio)),
         Record(
             q.HOST_SPREAD,
             """
