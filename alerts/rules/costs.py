@@ -52,7 +52,8 @@ def clock_cost(kind: str) -> str:
     (a temperature, a power limit), which the cost does not."""
     held = q.held(cause(kind), q.RULES)
     lost = f"(1 - ({q.sm_clock_ratio(q.RULES)}))\nand on ({GPU_KEY})\n({held})"
-    return attach_run(f"max by ({GPU_KEY}) (\n  {lost}\n)\nor\n0 * {q.GPU_UTIL}")
+    # Only the GPUs it holds: the run's other GPUs get their 0 from _zero_where_not.
+    return attach_run(f"max by ({GPU_KEY}) (\n  {lost}\n)")
 
 
 def measured_straggler(window: str = "5m") -> str:

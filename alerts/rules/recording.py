@@ -7,7 +7,10 @@ from __future__ import annotations
 from mirrorwatch.alerts import queries as q
 from mirrorwatch.alerts.rules import Record
 from mirrorwatch.alerts.thresholds import Thresholds
-from mirrorwatch.contract.causes import THERMAL_REASONS
+from mirrorwatch.contract.causes import THERMAL_REASONS, THROTTLES
+
+# The driver's violation counters that time a cause (mirrorwatch_gpu_throttle_seconds_total).
+CAUSE_VIOLATIONS = q.reasons([c.violation for c in THROTTLES if c.violation is not None])
 
 
 def rules(t: Thresholds) -> list[Record]:
@@ -131,8 +134,11 @@ def rules(t: Thresholds) -> list[Record]:
 def throttle_rules(t: Thresholds) -> list[Record]:
     return [
         # Seconds throttled per second: the fraction of time each reason held clocks back.
-        # increase / 300 rather than rate(): the same number from Prometheus and vmalert.
-        Record(q.THROTTLE, q.throttle_share_of_window(q.RULES, "5m", 300)),
+        # increase / 300 rather than rate(): the same number from Prometheus and vmalert. Only
+        # the reasons a cause is timed by (power, thermal: what GpuPowerCapped and the causes
+        # read); the dashboards take every reason's rate from the counters themselves. Two of
+        # six series per GPU (24,576 counters at 4,096 GPUs, docs/scale.md).
+        Record(q.THROTTLE, q.throttle_share_of_window(q.RULES.where(CAUSE_VIOLATIONS), "5m", 300)),
         # Minute by minute, so that "throttled for heat in each of the last five minutes" can
         # be asked: a 5-minute mean is above 0 for five minutes after any one-minute blip.
         Record(q.THERMAL_MINUTE, q.throttled_share_of_minute("thermal", THERMAL_REASONS)),
