@@ -57,17 +57,21 @@ RecordModule = Callable[[Thresholds], list[Record]]
 # after another: split so that no group's evaluation takes more than a tenth of the interval
 # at 4,096 GPUs (docs/scale.md). The utilisation chain stays together; throttle time and the
 # NVLink error sum, which it never reads, each read several series per GPU and go apart; the
-# causes of the GPU itself, of a host's unassigned GPUs and of a run's GPUs each read the one
-# before; the costs read the causes.
+# causes of the GPU itself (its clocks; its PCIe link), its links to its group's peers (the
+# GPU pairs), of a host's unassigned GPUs and of a run's GPUs each read the ones before; the
+# costs read the causes, their 5-minute means the costs.
 RECORDING_GROUPS: dict[str, Sequence[RecordModule]] = {
     "mirrorwatch.recording": (recording.rules,),
     "mirrorwatch.throttle": (recording.throttle_rules,),
     "mirrorwatch.nvlink": (recording.nvlink_rules,),
-    "mirrorwatch.causes": (causes.hardware_rules,),
+    "mirrorwatch.causes": (causes.clock_rules,),
+    "mirrorwatch.causes.pcie": (causes.pcie_rules,),
+    "mirrorwatch.interconnect": (causes.interconnect_rules,),
     "mirrorwatch.causes.host": (causes.host_rules,),
     "mirrorwatch.causes.run": (causes.run_rules,),
     "mirrorwatch.costs": (costs.rules,),
     "mirrorwatch.costs.run": (costs.run_rules,),
+    "mirrorwatch.costs.mean": (costs.mean_rules,),
 }
 AlertModule = Callable[[Thresholds], list[Alert]]
 # Rule group -> the area modules whose alerts it holds, in order.

@@ -119,6 +119,16 @@ def hardware_rules(t: Thresholds) -> list[Record]:
     ]
 
 
+def clock_rules(t: Thresholds) -> list[Record]:
+    """The hardware causes that hold the clocks back (heat, power, hardware slowdown)."""
+    return [r for r in hardware_rules(t) if r.labels["cause"] != "pcie_degraded"]
+
+
+def pcie_rules(t: Thresholds) -> list[Record]:
+    """The PCIe link below its maximum while busy: eight link series and the utilisation."""
+    return [r for r in hardware_rules(t) if r.labels["cause"] == "pcie_degraded"]
+
+
 def interconnect(members: str, key: str) -> str:
     """The GPUs of ``members`` (a group of GPUs, by ``key``) whose link to the group's other
     GPUs is worse than their peers': across CPU sockets, or without NVLink where another GPU
@@ -227,7 +237,6 @@ def host_rules(t: Thresholds) -> list[Record]:
     lag = f"max by ({TARGET_KEY}) {members}\n- on ({TARGET_KEY}) group_right ()\n{members}"
     known = _before(GPU_CAUSE)
     return [
-        Record(GPU_CAUSE, interconnect(members, TARGET_KEY), labels=_labels(cause("interconnect"))),
         Record(
             GPU_CAUSE,
             "(\n  «lag»\n) > «spread»\nunless on («key») «known»",
@@ -251,7 +260,6 @@ def host_rules(t: Thresholds) -> list[Record]:
 
 
 def run_rules(t: Thresholds) -> list[Record]:
-    members = q.RUN_GPU_UTIL
     lag = (
         f"max by (run) ({q.RUN_GPU_BALANCE})\n- on (run) group_right ()\n"
         f"max by ({RUN_GPU_KEY}) ({q.RUN_GPU_BALANCE})"
@@ -270,11 +278,6 @@ def run_rules(t: Thresholds) -> list[Record]:
         ),
         Record(
             RUN_GPU_CAUSE,
-            attach_run(interconnect(members, f"{TARGET_KEY}")),
-            labels=_labels(cause("interconnect")),
-        ),
-        Record(
-            RUN_GPU_CAUSE,
             f"(\n  {lag}\n) > {num(t.GpuUtilizationImbalance.spread_ratio)}\nunless {known}",
             labels=_labels(cause("imbalance")),
         ),
@@ -288,8 +291,26 @@ def run_rules(t: Thresholds) -> list[Record]:
     ]
 
 
+def interconnect_rules(t: Thresholds) -> list[Record]:
+    """A slower link to the group's peers, for the host's unassigned busy GPUs and for each
+    run's GPUs: the only rules that read the GPU pairs (`p2p_link_info`), a group of their own
+    (alerts/build.py) read by the imbalance and none rules of both levels."""
+    return [
+        Record(
+            GPU_CAUSE,
+            interconnect(f"({q.BUSY_UNASSIGNED})", TARGET_KEY),
+            labels=_labels(cause("interconnect")),
+        ),
+        Record(
+            RUN_GPU_CAUSE,
+            attach_run(interconnect(q.RUN_GPU_UTIL, TARGET_KEY)),
+            labels=_labels(cause("interconnect")),
+        ),
+    ]
+
+
 def rules(t: Thresholds) -> list[Record]:
-    return [*hardware_rules(t), *host_rules(t), *run_rules(t)]
+    return [*hardware_rules(t), *interconnect_rules(t), *host_rules(t), *run_rules(t)]
 
 
 # --- the imbalance alert's "why" ---------------------------------------------------------------
