@@ -55,13 +55,15 @@ RecordModule = Callable[[Thresholds], list[Record]]
 # evaluation later whatever the group), and another group's latest results, at most an
 # interval old. Prometheus and vmalert evaluate the groups side by side, each group's rules one
 # after another: split so that no group's evaluation takes more than a tenth of the interval
-# at 4,096 GPUs (docs/scale.md). The utilisation chain stays together; throttle time and the
-# NVLink error sum, which it never reads, each read several series per GPU and go apart; the
+# at 4,096 GPUs (docs/scale.md). The utilisation chain stays together, the throughput chain
+# (training series only) apart from it; throttle time and the NVLink error sum, which neither
+# reads, each read several series per GPU and go apart; the
 # causes of the GPU itself (its clocks; its PCIe link), its links to its group's peers (the
-# GPU pairs), of a host's unassigned GPUs and of a run's GPUs each read the ones before; the
-# costs read the causes, their 5-minute means the costs.
+# GPU pairs), of a host's unassigned GPUs and of a run's GPUs, and their ranks, each read the
+# ones before; the costs read the causes, their 5-minute means the costs.
 RECORDING_GROUPS: dict[str, Sequence[RecordModule]] = {
     "mirrorwatch.recording": (recording.rules,),
+    "mirrorwatch.throughput": (recording.throughput_rules,),
     "mirrorwatch.throttle": (recording.throttle_rules,),
     "mirrorwatch.nvlink": (recording.nvlink_rules,),
     "mirrorwatch.causes": (causes.clock_rules,),
@@ -69,6 +71,7 @@ RECORDING_GROUPS: dict[str, Sequence[RecordModule]] = {
     "mirrorwatch.interconnect": (causes.interconnect_rules,),
     "mirrorwatch.causes.host": (causes.host_rules,),
     "mirrorwatch.causes.run": (causes.run_rules,),
+    "mirrorwatch.causes.rank": (causes.rank_rules,),
     "mirrorwatch.costs": (costs.rules,),
     "mirrorwatch.costs.run": (costs.run_rules,),
     "mirrorwatch.costs.mean": (costs.mean_rules,),
@@ -76,7 +79,8 @@ RECORDING_GROUPS: dict[str, Sequence[RecordModule]] = {
 AlertModule = Callable[[Thresholds], list[Alert]]
 # Rule group -> the area modules whose alerts it holds, in order.
 ALERT_GROUPS: dict[str, Sequence[AlertModule]] = {
-    "mirrorwatch.gpu": (utilization.alerts, thermal_power.alerts),
+    "mirrorwatch.gpu": (utilization.alerts,),
+    "mirrorwatch.thermal_power": (thermal_power.alerts,),
     "mirrorwatch.links": (links_errors.alerts, processes.alerts),
     "mirrorwatch.training": (training.alerts,),
     "mirrorwatch.exporter": (exporter.alerts,),

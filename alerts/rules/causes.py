@@ -254,8 +254,6 @@ def host_rules(t: Thresholds) -> list[Record]:
             {"lag": lag, "key": GPU_KEY, "known": _before(GPU_CAUSE, "none")},
             _labels(cause("none")),
         ),
-        Record(GPU_CAUSE_RANK, _rank(GPU_CAUSE, HOST_LIVE)),
-        Record(GPU_LIKELY_CAUSE, _first(_rank(GPU_CAUSE, HOST_LIVE), GPU_KEY)),
     ]
 
 
@@ -286,6 +284,14 @@ def run_rules(t: Thresholds) -> list[Record]:
             f"(\n  {lag}\n)\nunless on ({RUN_GPU_KEY}) {_before(RUN_GPU_CAUSE, 'none')}",
             labels=_labels(cause("none")),
         ),
+    ]
+
+
+def rank_rules(t: Thresholds) -> list[Record]:
+    """Each cause series valued by its precedence, and each GPU's first, at both levels."""
+    return [
+        Record(GPU_CAUSE_RANK, _rank(GPU_CAUSE, HOST_LIVE)),
+        Record(GPU_LIKELY_CAUSE, _first(_rank(GPU_CAUSE, HOST_LIVE), GPU_KEY)),
         Record(RUN_GPU_CAUSE_RANK, _rank(RUN_GPU_CAUSE, LIVE)),
         Record(RUN_GPU_LIKELY_CAUSE, _first(_rank(RUN_GPU_CAUSE, LIVE), RUN_GPU_KEY)),
     ]
@@ -310,7 +316,13 @@ def interconnect_rules(t: Thresholds) -> list[Record]:
 
 
 def rules(t: Thresholds) -> list[Record]:
-    return [*hardware_rules(t), *interconnect_rules(t), *host_rules(t), *run_rules(t)]
+    return [
+        *hardware_rules(t),
+        *interconnect_rules(t),
+        *host_rules(t),
+        *run_rules(t),
+        *rank_rules(t),
+    ]
 
 
 # --- the imbalance alert's "why" ---------------------------------------------------------------

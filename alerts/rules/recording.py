@@ -1,6 +1,6 @@
-"""Recording rules: per-GPU and per-run utilisation, its spread, throughput; throttle time and
-NVLink errors, each in a group of its own (alerts/build.py RECORDING_GROUPS): no rule of the
-utilisation chain reads them, and each reads a metric with several series per GPU."""
+"""Recording rules: per-GPU and per-run utilisation and its spread; throughput; throttle time;
+NVLink errors. Each in a group of its own (alerts/build.py RECORDING_GROUPS): none reads
+another's, and the last two read metrics with several series per GPU."""
 
 from __future__ import annotations
 
@@ -101,6 +101,12 @@ def rules(t: Thresholds) -> list[Record]:
             """,
             {"busy_unassigned": q.busy_unassigned(t.busy_utilization_ratio)},
         ),
+    ]
+
+
+def throughput_rules(t: Thresholds) -> list[Record]:
+    """Each run's throughput, its hour's median and its workers: training series only."""
+    return [
         Record(
             q.THROUGHPUT,
             """
