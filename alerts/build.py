@@ -51,23 +51,37 @@ HEADER = """\
 RecordModule = Callable[[Thresholds], list[Record]]
 # Recording group -> the area modules whose rules it records, in order. A rule reads what an
 # earlier rule of its group recorded at the same evaluation (Prometheus commits each rule's
-# samples before the next), and another group's latest results, at most an interval old. Split
-# so that no group's evaluation takes more than a tenth of the interval at 4,096 GPUs
-# (docs/scale.md): the costs read the causes of the evaluation before.
+# samples before the next; vmalert reads every recorded series back from the store, an
+# evaluation later whatever the group), and another group's latest results, at most an
+# interval old. Prometheus and vmalert evaluate the groups side by side, each group's rules one
+# after another: split so that no group's evaluation takes more than a tenth of the interval
+# at 4,096 GPUs (docs/scale.md). The utilisation chain stays together, the throughput chain
+# (training series only) apart from it; throttle time and the NVLink error sum, which neither
+# reads, each read several series per GPU and go apart; the
+# causes of the GPU itself (its clocks; its PCIe link), its links to its group's peers (the
+# GPU pairs), of a host's unassigned GPUs and of a run's GPUs, and their ranks, each read the
+# ones before; the costs read the causes, their 5-minute means the costs.
 RECORDING_GROUPS: dict[str, Sequence[RecordModule]] = {
     "mirrorwatch.recording": (recording.rules,),
-    "mirrorwatch.causes": (causes.rules,),
+    "mirrorwatch.throughput": (recording.throughput_rules,),
+    "mirrorwatch.throttle": (recording.throttle_rules,),
+    "mirrorwatch.nvlink": (recording.nvlink_rules,),
+    "mirrorwatch.causes": (causes.clock_rules,),
+    "mirrorwatch.causes.pcie": (causes.pcie_rules,),
+    "mirrorwatch.interconnect": (causes.interconnect_rules,),
+    "mirrorwatch.causes.host": (causes.host_rules,),
+    "mirrorwatch.causes.run": (causes.run_rules,),
+    "mirrorwatch.causes.rank": (causes.rank_rules,),
     "mirrorwatch.costs": (costs.rules,),
+    "mirrorwatch.costs.run": (costs.run_rules,),
+    "mirrorwatch.costs.mean": (costs.mean_rules,),
 }
 AlertModule = Callable[[Thresholds], list[Alert]]
 # Rule group -> the area modules whose alerts it holds, in order.
 ALERT_GROUPS: dict[str, Sequence[AlertModule]] = {
-    "mirrorwatch.gpu": (
-        utilization.alerts,
-        thermal_power.alerts,
-        links_errors.alerts,
-        processes.alerts,
-    ),
+    "mirrorwatch.gpu": (utilization.alerts,),
+    "mirrorwatch.thermal_power": (thermal_power.alerts,),
+    "mirrorwatch.links": (links_errors.alerts, processes.alerts),
     "mirrorwatch.training": (training.alerts,),
     "mirrorwatch.exporter": (exporter.alerts,),
 }

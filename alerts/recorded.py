@@ -33,3 +33,6 @@ RUN_GPU_BALANCE = "run_gpu:mirrorwatch_gpu_balance_ratio:avg1m"
 RUN_THROUGHPUT = "run:mirrorwatch_training_examples_per_second:sum"
 RUN_THROUGHPUT_BASELINE = "run:mirrorwatch_training_examples_per_second:median1h"
 RUN_WORKERS = "run:mirrorwatch_training_active:count"
+# Per GPU: busy (utilisation at least the threshold) and in no active run; the host-level cause
+# rules read it many times an evaluation instead of the join.
+BUSY_UNASSIGNED = "instance_gpu:mirrorwatch_gpu_utilization_ratio:busy_unassigned"

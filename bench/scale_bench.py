@@ -24,6 +24,13 @@ the steady window of --seconds is measured:
     python bench/scale_bench.py --hosts 64 --exporters 64 --gpus-per-host 64 \
       --out bench/results/scale-4096.json                                           # 4,096 GPUs
     python bench/scale_bench.py --seconds 60 --warmup 60 --out /tmp/scale.json      # a trial
+
+`--evaluator victoriametrics` runs the VictoriaMetrics stack alone (vmagent, VictoriaMetrics,
+vmalert: no comparison Prometheus, as `--no-prometheus`), `--evaluator prometheus` a Prometheus
+alone that scrapes the targets itself (the same targets and labels) and evaluates the rules, no
+VictoriaMetrics, vmagent or vmalert: each store gets the cores it would have on a host of its
+own. `--time-rules` also asks the store each rule's expression after the window (median of
+QUERY_REPEATS instant queries), the query's own cost beside the evaluator's time for the rule.
 """
 
 from __future__ import annotations
@@ -91,6 +98,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+EVALUATORS = ("both", "victoriametrics", "prometheus")
+
+
+def targets(exporters: Sequence[Address], hosts: int) -> list[dict[str, Any]]:
+    """``hosts`` targets over the exporters, each labelled as a host of its own."""
+    return [
+        {
+            "targets": [str(exporters[i % len(exporters)])],
+            "labels": {"host": f"host-{i:02d}", "instance": f"host-{i:02d}"},
+        }
+        for i in range(hosts)
+    ]
+
+
 def vmagent_config(exporters: Sequence[Address], hosts: int) -> dict[str, Any]:
     """64 targets over the exporters: each is a host of its own at the store."""
     shipped = yaml.safe_load(VMAGENT_CONFIG.read_text(encoding="utf-8"))
@@ -103,18 +124,47 @@ def vmagent_config(exporters: Sequence[Address], hosts: int) -> dict[str, Any]:
             "external_labels": {"cluster": CLUSTER},
         },
         "scrape_configs": [
+            {"job_name": job["job_name"], "static_configs": targets(exporters, hosts)}
+        ],
+    }
+
+
+def prometheus_config(exporters: Sequence[Address], hosts: int, rules: Path) -> dict[str, Any]:
+    """A Prometheus scraping the same targets as vmagent_config, with the same labels (its
+    series carry `cluster` as a target label: external labels never reach its own storage),
+    and evaluating ``rules``."""
+    agent = vmagent_config(exporters, hosts)
+    (job,) = agent["scrape_configs"]
+    cluster = agent["global"]["external_labels"]
+    return {
+        "global": {
+            "scrape_interval": agent["global"]["scrape_interval"],
+            "scrape_timeout": agent["global"]["scrape_timeout"],
+            "evaluation_interval": EVALUATION_INTERVAL,
+        },
+        "rule_files": [str(rules)],
+        "scrape_configs": [
             {
                 "job_name": job["job_name"],
                 "static_configs": [
-                    {
-                        "targets": [str(exporters[i % len(exporters)])],
-                        "labels": {"host": f"host-{i:02d}", "instance": f"host-{i:02d}"},
-                    }
-                    for i in range(hosts)
+                    {**group, "labels": {**group["labels"], **cluster}}
+                    for group in job["static_configs"]
                 ],
             }
         ],
     }
+
+
+def prometheus_process(workdir: Path, config: Path, listen: Address) -> Process:
+    """The Prometheus of `--evaluator prometheus`: scraping and evaluating on its own."""
+    args = [
+        binary("prometheus"),
+        f"--config.file={config}",
+        f"--storage.tsdb.path={workdir / 'prometheus-data'}",
+        f"--web.listen-address={listen}",
+        "--log.level=warn",
+    ]
+    return Process("prometheus", args, workdir / "prometheus.log")
 
 
 # --- asking ---------------------------------------------------------------------------------------
@@ -229,24 +279,24 @@ def dashboard_panels(
     return sorted(measured, key=lambda p: -float(p["seconds_sum_of_medians"]))
 
 
-def rule_times(url: str, evaluator: str, top: int = 25) -> list[dict[str, Any]]:
-    """The slowest rules of their last evaluation, from `evaluationTime` of the evaluator's
-    Prometheus-compatible /api/v1/rules (Prometheus and vmalert both serve it)."""
-    body = httpx.get(f"{url}/api/v1/rules", timeout=30).json()
-    rules = []
-    for group in body["data"]["groups"]:
-        for rule in group["rules"]:
-            seconds = rule.get("evaluationTime")
-            if isinstance(seconds, int | float):
-                rules.append(
-                    {
-                        "evaluator": evaluator,
-                        "group": group["name"],
-                        "rule": rule["name"],
-                        "seconds": round(float(seconds), 4),
-                    }
-                )
-    return sorted(rules, key=lambda r: -float(r["seconds"]))[:top]
+def rule_query_times(url: str, rules: Path) -> list[dict[str, Any]]:
+    """Each rule's expression asked of the store as an instant query: the median seconds of
+    QUERY_REPEATS and the series it answers, the slowest first."""
+    measured = []
+    for group in yaml.safe_load(rules.read_text(encoding="utf-8"))["groups"]:
+        for place, rule in enumerate(group["rules"]):
+            row: dict[str, Any] = {
+                "group": group["name"],
+                "place": place,
+                "rule": rule.get("record") or rule.get("alert"),
+            }
+            try:
+                took, found = time_query(url, "/api/v1/query", {"query": rule["expr"]})
+                row |= {"seconds": round(took, 4), "series": found}
+            except QueryFailedError as error:
+                row["error"] = str(error)
+            measured.append(row)
+    return sorted(measured, key=lambda r: -float(r.get("seconds", 0.0)))
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -255,6 +305,60 @@ def rule_times(url: str, evaluator: str, top: int = 25) -> list[dict[str, Any]]:
 def load_average() -> dict[str, float]:
     one, five, fifteen = os.getloadavg()
     return {"1m": round(one, 2), "5m": round(five, 2), "15m": round(fifteen, 2)}
+
+
+def store_series(url: str, victoria_metrics: bool) -> dict[str, int]:
+    """Series per metric name at the store: VictoriaMetrics' index, or Prometheus's head
+    (its /api/v1/status/tsdb lists only the top 10 names in this version)."""
+    if victoria_metrics:
+        return series_by_name(url)
+    response = httpx.get(
+        f"{url}/api/v1/query",
+        params={"query": 'count by (__name__) ({__name__=~".+"})'},
+        timeout=300,
+    )
+    counts = {
+        row["metric"]["__name__"]: int(float(row["value"][1]))
+        for row in response.json()["data"]["result"]
+    }
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
+class StoreCounters:
+    """The store's own counters at the window's start and end: samples added, active series,
+    bytes on disk per sample (VictoriaMetrics' only)."""
+
+    def __init__(self, url: str, victoria_metrics: bool) -> None:
+        self.url = url
+        self.victoria_metrics = victoria_metrics
+        self._before = own_metrics(url)
+
+    def figures(self, window: float) -> dict[str, Any]:
+        after = own_metrics(self.url)
+        if self.victoria_metrics:
+            rows = "vm_rows_added_to_storage_total"
+            stored_rows = total(after, "vm_rows")
+            return {
+                "active_series": total(after, "vm_cache_entries", type="storage/hour_metric_ids"),
+                "samples_per_second": round(
+                    (total(after, rows) - total(self._before, rows)) / window, 1
+                ),
+                # Over minutes most samples are still in small, fresh parts: not the ratio of
+                # a store that has merged days of them.
+                "bytes_per_sample_so_far": round(
+                    total(after, "vm_data_size_bytes") / stored_rows, 2
+                )
+                if stored_rows
+                else None,
+            }
+        appended = "prometheus_tsdb_head_samples_appended_total"
+        return {
+            "active_series": total(after, "prometheus_tsdb_head_series"),
+            "samples_per_second": round(
+                (total(after, appended) - total(self._before, appended)) / window, 1
+            ),
+            "bytes_per_sample_so_far": None,
+        }
 
 
 def main() -> None:
@@ -270,14 +374,23 @@ def main() -> None:
     parser.add_argument("--hosts-per-run", type=int, default=8)
     parser.add_argument("--no-training", action="store_true")
     parser.add_argument("--rules", type=Path, default=RULES)
-    parser.add_argument("--no-prometheus", action="store_true")
-    # The dashboards ask the central store, VictoriaMetrics (docs/fleet.md); the comparison
-    # Prometheus too with this (twice the time after the window).
+    parser.add_argument("--evaluator", choices=EVALUATORS, default="both")
+    parser.add_argument(
+        "--no-prometheus", action="store_true", help="the same as --evaluator victoriametrics"
+    )
+    parser.add_argument("--time-rules", action="store_true")
+    # The dashboards ask the central store, VictoriaMetrics (docs/fleet.md), or the Prometheus
+    # of --evaluator prometheus; the comparison Prometheus too with this (twice the time).
     parser.add_argument("--dashboards-on-prometheus", action="store_true")
     parser.add_argument("--workdir", type=Path, default=Path("build/scale-bench"))
     args = parser.parse_args()
     if not 1 <= args.gpus_per_host <= 64:
         parser.error(f"--gpus-per-host {args.gpus_per_host}: the exporter simulates 1..64 GPUs")
+    if args.no_prometheus and args.evaluator == "prometheus":
+        parser.error("--no-prometheus: --evaluator prometheus runs Prometheus alone")
+    evaluator = "victoriametrics" if args.no_prometheus else args.evaluator
+    with_vm = evaluator != "prometheus"
+    with_prometheus = evaluator != "victoriametrics"
     rules: Path = args.rules.resolve()
     if not rules.is_file():
         parser.error(f"--rules {args.rules}: no such file")
@@ -289,14 +402,17 @@ def main() -> None:
     store, prometheus, vmalert, alertmanager = loopback(), loopback(), loopback(), loopback()
     exporters: list[Address] = []
     write_urls = [f"{store.url}/api/v1/write"]
-    if not args.no_prometheus:
+    if with_prometheus:
         write_urls.append(f"{prometheus.url}/api/v1/write")
+    # Where the store figures and the dashboards are asked: VictoriaMetrics, else Prometheus.
+    asked = store if with_vm else prometheus
     with Processes() as processes:
         started: dict[str, Process] = {}
-        started["victoria-metrics"] = processes.start(
-            victoria_metrics_process(workdir, store), f"{store.url}/health"
-        )
-        if not args.no_prometheus:
+        if with_vm:
+            started["victoria-metrics"] = processes.start(
+                victoria_metrics_process(workdir, store), f"{store.url}/health"
+            )
+        if with_vm and with_prometheus:
             started["prometheus (central, comparison)"] = processes.start(
                 central_prometheus_process(workdir, rules, prometheus, EVALUATION_INTERVAL),
                 f"{prometheus.url}/-/ready",
@@ -311,29 +427,37 @@ def main() -> None:
             )
             exporters.append(address)
             started[process.name] = process
-        config = write_yaml(workdir / "vmagent.yml", vmagent_config(exporters, args.hosts))
-        agent = loopback()
-        started["vmagent"] = processes.start(
-            Process(
-                "vmagent",
-                [
-                    binary("vmagent"),
-                    f"-promscrape.config={config}",
-                    *(f"-remoteWrite.url={u}" for u in write_urls),
-                    f"-remoteWrite.tmpDataPath={workdir / 'vmagent-data'}",
-                    f"-httpListenAddr={agent}",
-                    "-loggerLevel=WARN",
-                ],
-                workdir / "vmagent.log",
-            ),
-            f"{agent.url}/health",
-        )
-        # No Alertmanager: nothing fires on healthy hosts but Watchdog, and its delivery is
-        # not what is measured; vmalert only logs that it cannot send.
-        started["vmalert"] = processes.start(
-            vmalert_process(workdir, rules, store, alertmanager, vmalert, EVALUATION_INTERVAL),
-            f"{vmalert.url}/health",
-        )
+        if not with_vm:
+            config = write_yaml(
+                workdir / "prometheus.yml", prometheus_config(exporters, args.hosts, rules)
+            )
+            started["prometheus"] = processes.start(
+                prometheus_process(workdir, config, prometheus), f"{prometheus.url}/-/ready"
+            )
+        else:
+            config = write_yaml(workdir / "vmagent.yml", vmagent_config(exporters, args.hosts))
+            agent = loopback()
+            started["vmagent"] = processes.start(
+                Process(
+                    "vmagent",
+                    [
+                        binary("vmagent"),
+                        f"-promscrape.config={config}",
+                        *(f"-remoteWrite.url={u}" for u in write_urls),
+                        f"-remoteWrite.tmpDataPath={workdir / 'vmagent-data'}",
+                        f"-httpListenAddr={agent}",
+                        "-loggerLevel=WARN",
+                    ],
+                    workdir / "vmagent.log",
+                ),
+                f"{agent.url}/health",
+            )
+            # No Alertmanager: nothing fires on healthy hosts but Watchdog, and its delivery
+            # is not what is measured; vmalert only logs that it cannot send.
+            started["vmalert"] = processes.start(
+                vmalert_process(workdir, rules, store, alertmanager, vmalert, EVALUATION_INTERVAL),
+                f"{vmalert.url}/health",
+            )
         training = None
         if not args.no_training:
             training = TrainingLoad(workers(exporters, args.hosts_per_run))
@@ -342,9 +466,11 @@ def main() -> None:
         time.sleep(args.warmup)
 
         cpu_before = {name: cpu_seconds(p.pid or 0) for name, p in started.items()}
-        vm_before = own_metrics(store.url)
+        counters = StoreCounters(asked.url, with_vm)
         load_before = load_average()
-        group_times = GroupTimes(vmalert.url, None if args.no_prometheus else prometheus.url)
+        group_times = GroupTimes(
+            vmalert.url if with_vm else None, prometheus.url if with_prometheus else None
+        )
         group_times.start()
         window_start = time.time()
         print(f"measuring {args.seconds:.0f} s", flush=True)
@@ -352,35 +478,32 @@ def main() -> None:
         window = time.time() - window_start
         group_times.stop()
         load_after = load_average()
-        vm_after = own_metrics(store.url)
+        store_figures = counters.figures(window)
         cpu_after = {name: cpu_seconds(p.pid or 0) for name, p in started.items()}
         memory = {name: rss_bytes(p.pid or 0) for name, p in started.items()}
         for name, process in started.items():
             assert process.alive(), f"{name} died:\n{process.log_tail()}"
 
-        rows = "vm_rows_added_to_storage_total"
-        samples_per_second = (total(vm_after, rows) - total(vm_before, rows)) / window
-        active = total(vm_after, "vm_cache_entries", type="storage/hour_metric_ids")
-        series_by_metric = series_by_name(store.url)
+        series_by_metric = store_series(asked.url, with_vm)
         all_series = sum(series_by_metric.values())
         gpu_series = sum(n for k, n in series_by_metric.items() if k.startswith("mirrorwatch_gpu_"))
         recorded = sum(n for k, n in series_by_metric.items() if ":" in k)
         training_series = sum(
             n for k, n in series_by_metric.items() if k.startswith("mirrorwatch_training_")
         )
-        up_targets = scalar(store.url, 'count(up{job="mirrorwatch"} == 1)')
-        gpus = scalar(store.url, 'count(mirrorwatch_gpu_info{job="mirrorwatch"})')
-        stored_bytes = total(vm_after, "vm_data_size_bytes")
-        stored_rows = total(vm_after, "vm_rows")
+        up_targets = scalar(asked.url, 'count(up{job="mirrorwatch"} == 1)')
+        gpus = scalar(asked.url, 'count(mirrorwatch_gpu_info{job="mirrorwatch"})')
 
         evaluations = group_times.summary()
         prometheus_series = None
-        if not args.no_prometheus:
+        if with_vm and with_prometheus:
             prometheus_series = total(own_metrics(prometheus.url), "prometheus_tsdb_head_series")
-
-        slowest_rules = rule_times(vmalert.url, "vmalert")
-        if not args.no_prometheus:
-            slowest_rules += rule_times(prometheus.url, "prometheus")
+        rule_query_seconds = {}
+        if args.time_rules:
+            if with_vm:
+                rule_query_seconds["victoriametrics"] = rule_query_times(store.url, rules)
+            if with_prometheus:
+                rule_query_seconds["prometheus"] = rule_query_times(prometheus.url, rules)
 
         end = time.time()
         start = max(end - 3600, window_start - args.warmup)
@@ -388,13 +511,13 @@ def main() -> None:
         if training is not None:
             one_host["run"] = "scale-0"
         dashboards = {
-            "fleet": dashboard_panels(store.url, "Fleet", {}, start, end),
+            "fleet": dashboard_panels(asked.url, "Fleet", {}, start, end),
             "training_balance_one_host": dashboard_panels(
-                store.url, "Training balance", one_host, start, end
+                asked.url, "Training balance", one_host, start, end
             ),
-            "gpu_host_one_host": dashboard_panels(store.url, "GPU host", one_host, start, end),
+            "gpu_host_one_host": dashboard_panels(asked.url, "GPU host", one_host, start, end),
         }
-        if args.dashboards_on_prometheus and not args.no_prometheus:
+        if args.dashboards_on_prometheus and with_vm and with_prometheus:
             dashboards["fleet_on_prometheus"] = dashboard_panels(
                 prometheus.url, "Fleet", {}, start, end
             )
@@ -407,15 +530,23 @@ def main() -> None:
         if training is not None:
             training.stop()
             assert not training.rejected, f"pushes refused: {training.rejected}"
-        disk = sum(f.stat().st_size for f in (workdir / "vm-data").rglob("*") if f.is_file())
+        data = workdir / ("vm-data" if with_vm else "prometheus-data")
+        disk = sum(f.stat().st_size for f in data.rglob("*") if f.is_file())
 
-    report = {
-        "benchmark": f"scale: {args.hosts} simulated GPU hosts x {args.gpus_per_host} GPUs into "
-        "VictoriaMetrics single-node, rules by vmalert (bench/scale_bench.py; docs/scale.md)",
+    stack = {
+        "both": "VictoriaMetrics single-node (vmagent, vmalert) and a comparison Prometheus "
+        "(remote-write receiver) on the same cores",
+        "victoriametrics": "VictoriaMetrics single-node, vmagent, vmalert alone",
+        "prometheus": "a Prometheus alone, scraping and evaluating",
+    }[evaluator]
+    report: dict[str, Any] = {
+        "benchmark": f"scale: {args.hosts} simulated GPU hosts x {args.gpus_per_host} GPUs, "
+        f"{stack} (bench/scale_bench.py; docs/scale.md)",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
             **machine(),
-            "note": "shared with other jobs while measured: CPU figures are upper bounds",
+            "note": "shared with other jobs while measured unless the load average says not: "
+            "CPU figures are the share each process got",
             "load_average_before_window": load_before,
             "load_average_after_window": load_after,
         },
@@ -433,17 +564,24 @@ def main() -> None:
             "scenario": "healthy",
             "scrape_interval": SCRAPE_INTERVAL,
             "evaluation_interval": EVALUATION_INTERVAL,
-            "agents": "one vmagent scraping all targets (host from target labels)",
-            "central_prometheus": not args.no_prometheus,
+            "evaluator": evaluator,
+            "stack": stack,
+            "agents": "one vmagent scraping all targets (host from target labels)"
+            if with_vm
+            else "the Prometheus scrapes all targets (host and cluster from target labels)",
+            "central_prometheus": with_prometheus,
             "victoria_metrics": "Debian victoria-metrics 1.79.5 (victoria-metrics, vmagent, "
-            "vmalert)",
+            "vmalert)"
+            if with_vm
+            else None,
             "warmup_seconds": args.warmup,
             "measured_seconds": round(window, 1),
         },
         "store": {
+            "asked": "victoria-metrics" if with_vm else "prometheus",
             "targets_up": up_targets,
             "gpus": gpus,
-            "active_series": active,
+            "active_series": store_figures["active_series"],
             "series_all": all_series,
             "series_gpu_metrics": gpu_series,
             "series_recording_rules": recorded,
@@ -454,19 +592,16 @@ def main() -> None:
             "series_per_host_not_per_gpu": round(
                 (all_series - gpu_series - recorded - training_series) / args.hosts, 1
             ),
-            "samples_per_second": round(samples_per_second, 1),
+            "samples_per_second": store_figures["samples_per_second"],
             "disk_bytes_after_run": disk,
-            # Over minutes most samples are still in small, fresh parts: not the ratio of a
-            # store that has merged days of them.
-            "bytes_per_sample_so_far": round(stored_bytes / stored_rows, 2)
-            if stored_rows
-            else None,
+            "bytes_per_sample_so_far": store_figures["bytes_per_sample_so_far"],
             "series_by_metric": series_by_metric,
         },
-        "rule_evaluation_vmalert": evaluations["vmalert"],
+        "rule_evaluation_vmalert": evaluations.get("vmalert", {}),
         "rule_evaluation_prometheus": evaluations.get("prometheus", {}),
         "prometheus_head_series": prometheus_series,
-        "slowest_rules_last_evaluation": slowest_rules,
+        "rule_evaluation_seconds_by_rule": group_times.rule_summary(),
+        "rule_query_seconds": rule_query_seconds,
         "dashboard_panels": dashboards,
         "processes": {
             name: {
@@ -478,9 +613,12 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(report["store"], indent=2))
-    print(json.dumps({"vmalert": evaluations["vmalert"]}, indent=2))
-    print(json.dumps({"prometheus": evaluations.get("prometheus")}, indent=2))
+    print(
+        json.dumps({k: v for k, v in report["store"].items() if k != "series_by_metric"}, indent=2)
+    )
+    print(json.dumps(evaluations, indent=2))
+    for name, rules_seen in group_times.rule_summary().items():
+        print(name, json.dumps(rules_seen[:10], indent=1))
     print(json.dumps({name: panels[:2] for name, panels in dashboards.items()}, indent=2))
     print(f"written to {args.out}")
 

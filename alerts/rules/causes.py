@@ -19,11 +19,10 @@ why_host) asks the rank series of its lagging GPU, most important first.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
-from mirrorwatch.alerts import gpu_queries, recorded, throttling
+from mirrorwatch.alerts import gpu_queries, promql, recorded, throttling
 from mirrorwatch.alerts.fragments import dedent, fill, num
-from mirrorwatch.alerts.promql import RULES
 from mirrorwatch.alerts.rules import Record
 from mirrorwatch.alerts.templates import gpu_value, matchers, points_of, value_of
 from mirrorwatch.alerts.thresholds import Thresholds
@@ -44,6 +43,7 @@ from mirrorwatch.contract.metrics import (
     GPU_TEMPERATURE_THRESHOLD_CELSIUS,
     TRAINING_STEP_DURATION_SECONDS,
 )
+from mirrorwatch.exporter.backend import P2pLink
 
 GPU_CAUSE = "instance_gpu:mirrorwatch_gpu_cause:evidence"
 GPU_CAUSE_RANK = "instance_gpu:mirrorwatch_gpu_cause:rank"
@@ -63,6 +63,11 @@ RUN_GPU_KEY = key("run", "gpu", "uuid")
 # What the alert looks its run GPU up by.
 RUN_UUID_KEY = key("run", "uuid")
 SM_CLOCK = 'clock="sm"'
+# How a GPU reaches a peer other than over NVLink, every way the exporter names (its `link`
+# label), as one positive matcher: `link!="nvlink"` would make the store read every pair's
+# series to find the few that differ (VictoriaMetrics' index answers a negative filter by
+# the metric's whole series set: 258,048 at 64 hosts of 64 GPUs, docs/scale.md).
+NOT_NVLINK = f'link=~"{"|".join(link for link in get_args(P2pLink) if link != "nvlink")}"'
 
 
 def _labels(c: Cause) -> dict[str, str]:
@@ -70,7 +75,7 @@ def _labels(c: Cause) -> dict[str, str]:
 
 
 def _per_gpu(metric: str, *matchers: str) -> str:
-    return f"max by ({GPU_KEY}) ({RULES(metric, *matchers)})"
+    return f"max by ({GPU_KEY}) ({promql.RULES(metric, *matchers)})"
 
 
 def _share(metric: str, limit: str, *matchers: str) -> str:
@@ -79,7 +84,7 @@ def _share(metric: str, limit: str, *matchers: str) -> str:
 
 def _throttled(c: Cause) -> str:
     """Each GPU held back for this cause at this evaluation: the report's "throttled now"."""
-    return throttling.held(c, RULES)
+    return throttling.held(c, promql.RULES)
 
 
 def hardware_rules(t: Thresholds) -> list[Record]:
@@ -102,7 +107,7 @@ def hardware_rules(t: Thresholds) -> list[Record]:
             "max by («key») (\n  «degraded»\n)",
             {
                 "key": GPU_KEY,
-                "degraded": gpu_queries.pcie_link_degraded(RULES, t.busy_utilization_ratio),
+                "degraded": gpu_queries.pcie_link_degraded(promql.RULES, t.busy_utilization_ratio),
             },
         )
     }
@@ -117,6 +122,16 @@ def hardware_rules(t: Thresholds) -> list[Record]:
     ]
 
 
+def clock_rules(t: Thresholds) -> list[Record]:
+    """The hardware causes that hold the clocks back (heat, power, hardware slowdown)."""
+    return [r for r in hardware_rules(t) if r.labels["cause"] != "pcie_degraded"]
+
+
+def pcie_rules(t: Thresholds) -> list[Record]:
+    """The PCIe link below its maximum while busy: eight link series and the utilisation."""
+    return [r for r in hardware_rules(t) if r.labels["cause"] == "pcie_degraded"]
+
+
 def interconnect(members: str, key: str) -> str:
     """The GPUs of ``members`` (a group of GPUs, by ``key``) whose link to the group's other
     GPUs is worse than their peers': across CPU sockets, or without NVLink where another GPU
@@ -129,7 +144,7 @@ def interconnect(members: str, key: str) -> str:
     peer of the host, and another GPU of the group has NVLink where not all of its are."""
     links = dedent(
         """
-        mirrorwatch_gpu_p2p_link_info{link«link»}
+        mirrorwatch_gpu_p2p_link_info{«link»}
         and on («target», uuid) «members»
         and on («target», peer_gpu) max by («target», peer_gpu) (
           label_replace(«members», "peer_gpu", "$1", "gpu", "(.*)")
@@ -141,7 +156,7 @@ def interconnect(members: str, key: str) -> str:
         parts = {"target": TARGET_KEY, "members": members, "link": link}
         return fill(f"count by ({by}) (\n  «links»\n)", {**parts, "links": links})
 
-    slow = count(GPU_KEY, '!="nvlink"')
+    slow = count(GPU_KEY, NOT_NVLINK)
     peers = fill(
         "(count by («target») (max by («target», gpu) («members»)) - 1)",
         {"target": TARGET_KEY, "members": members},
@@ -175,7 +190,7 @@ def interconnect(members: str, key: str) -> str:
         ),
         {
             "slow": slow,
-            "cross": count(GPU_KEY, '="cross_numa"'),
+            "cross": count(GPU_KEY, 'link="cross_numa"'),
             "no_nvlink": no_nvlink,
             "peers": peers,
             "some_nvlink": some_nvlink,
@@ -219,12 +234,12 @@ def attach_run(expr: str) -> str:
 
 
 def host_rules(t: Thresholds) -> list[Record]:
-    """The busy GPUs of a host in no active run (the host-scope imbalance's GPUs)."""
-    members = gpu_queries.busy_unassigned(t.busy_utilization_ratio)
+    """The busy GPUs of a host in no active run (the host-scope imbalance's GPUs), as the
+    recording group recorded them."""
+    members = f"({recorded.BUSY_UNASSIGNED})"
     lag = f"max by ({TARGET_KEY}) {members}\n- on ({TARGET_KEY}) group_right ()\n{members}"
     known = _before(GPU_CAUSE)
     return [
-        Record(GPU_CAUSE, interconnect(members, TARGET_KEY), labels=_labels(cause("interconnect"))),
         Record(
             GPU_CAUSE,
             "(\n  «lag»\n) > «spread»\nunless on («key») «known»",
@@ -242,13 +257,10 @@ def host_rules(t: Thresholds) -> list[Record]:
             {"lag": lag, "key": GPU_KEY, "known": _before(GPU_CAUSE, "none")},
             _labels(cause("none")),
         ),
-        Record(GPU_CAUSE_RANK, _rank(GPU_CAUSE, HOST_LIVE)),
-        Record(GPU_LIKELY_CAUSE, _first(_rank(GPU_CAUSE, HOST_LIVE), GPU_KEY)),
     ]
 
 
 def run_rules(t: Thresholds) -> list[Record]:
-    members = recorded.RUN_GPU_UTIL
     lag = (
         f"max by (run) ({recorded.RUN_GPU_BALANCE})\n- on (run) group_right ()\n"
         f"max by ({RUN_GPU_KEY}) ({recorded.RUN_GPU_BALANCE})"
@@ -262,13 +274,8 @@ def run_rules(t: Thresholds) -> list[Record]:
         ),
         Record(
             RUN_GPU_CAUSE,
-            f"max by ({RUN_GPU_KEY}) ({RULES(GPU_FOREIGN_PROCESSES)}) > 0",
+            f"max by ({RUN_GPU_KEY}) ({promql.RULES(GPU_FOREIGN_PROCESSES)}) > 0",
             labels=_labels(cause("foreign_process")),
-        ),
-        Record(
-            RUN_GPU_CAUSE,
-            attach_run(interconnect(members, f"{TARGET_KEY}")),
-            labels=_labels(cause("interconnect")),
         ),
         Record(
             RUN_GPU_CAUSE,
@@ -280,13 +287,45 @@ def run_rules(t: Thresholds) -> list[Record]:
             f"(\n  {lag}\n)\nunless on ({RUN_GPU_KEY}) {_before(RUN_GPU_CAUSE, 'none')}",
             labels=_labels(cause("none")),
         ),
+    ]
+
+
+def rank_rules(t: Thresholds) -> list[Record]:
+    """Each cause series valued by its precedence, and each GPU's first, at both levels."""
+    return [
+        Record(GPU_CAUSE_RANK, _rank(GPU_CAUSE, HOST_LIVE)),
+        Record(GPU_LIKELY_CAUSE, _first(_rank(GPU_CAUSE, HOST_LIVE), GPU_KEY)),
         Record(RUN_GPU_CAUSE_RANK, _rank(RUN_GPU_CAUSE, LIVE)),
         Record(RUN_GPU_LIKELY_CAUSE, _first(_rank(RUN_GPU_CAUSE, LIVE), RUN_GPU_KEY)),
     ]
 
 
+def interconnect_rules(t: Thresholds) -> list[Record]:
+    """A slower link to the group's peers, for the host's unassigned busy GPUs and for each
+    run's GPUs: the only rules that read the GPU pairs (`p2p_link_info`), a group of their own
+    (alerts/build.py) read by the imbalance and none rules of both levels."""
+    return [
+        Record(
+            GPU_CAUSE,
+            interconnect(f"({recorded.BUSY_UNASSIGNED})", TARGET_KEY),
+            labels=_labels(cause("interconnect")),
+        ),
+        Record(
+            RUN_GPU_CAUSE,
+            attach_run(interconnect(recorded.RUN_GPU_UTIL, TARGET_KEY)),
+            labels=_labels(cause("interconnect")),
+        ),
+    ]
+
+
 def rules(t: Thresholds) -> list[Record]:
-    return [*hardware_rules(t), *host_rules(t), *run_rules(t)]
+    return [
+        *hardware_rules(t),
+        *interconnect_rules(t),
+        *host_rules(t),
+        *run_rules(t),
+        *rank_rules(t),
+    ]
 
 
 # --- the imbalance alert's "why" ---------------------------------------------------------------

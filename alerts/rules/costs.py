@@ -7,7 +7,7 @@ read alike. The methods are the run report's (report/cost.py, docs/report.md):
 
 - clock causes (heat, power cap, hardware slowdown): a compute-bound step takes 1/r as long at
   an SM clock r of the maximum, so the run loses 1 - r while the cause holds (the same
-  "held" condition as the cause rules: mirrorwatch.alerts.throttling.held);
+  "held" condition as the cause rules: mirrorwatch.alerts.queries.held);
 - straggler, measured: where the workers time their all-reduces (the torch monitor on DDP),
   the worker that waits least is the one the others wait for, and what it costs is the others'
   mean all-reduce share beyond its own, when that is at least «straggler_wait» (5 points);
@@ -20,9 +20,8 @@ read alike. The methods are the run report's (report/cost.py, docs/report.md):
 
 from __future__ import annotations
 
-from mirrorwatch.alerts import gpu_queries, recorded, throttling, training_queries
+from mirrorwatch.alerts import gpu_queries, promql, recorded, throttling, training_queries
 from mirrorwatch.alerts.fragments import fill, num
-from mirrorwatch.alerts.promql import RULES
 from mirrorwatch.alerts.rules import Record
 from mirrorwatch.alerts.rules.causes import RUN_GPU_CAUSE, RUN_GPU_KEY, attach_run
 from mirrorwatch.alerts.thresholds import Thresholds
@@ -48,16 +47,19 @@ def _zero_where_not(expr: str, every: str) -> str:
 
 
 def clock_cost(kind: str) -> str:
-    """1 - SM clock ratio on each run GPU while ``kind`` holds it back."""
-    held = throttling.held(cause(kind), RULES)
-    lost = f"(1 - ({gpu_queries.sm_clock_ratio(RULES)}))\nand on ({GPU_KEY})\n({held})"
-    return attach_run(f"max by ({GPU_KEY}) (\n  {lost}\n)\nor\n0 * {recorded.GPU_UTIL}")
+    """1 - SM clock ratio on each run GPU while ``kind`` holds it back. The condition is asked
+    again rather than read from the cause rules' series: those need the cause's evidence too
+    (a temperature, a power limit), which the cost does not."""
+    held = throttling.held(cause(kind), promql.RULES)
+    lost = f"(1 - ({gpu_queries.sm_clock_ratio(promql.RULES)}))\nand on ({GPU_KEY})\n({held})"
+    # Only the GPUs it holds: the run's other GPUs get their 0 from _zero_where_not.
+    return attach_run(f"max by ({GPU_KEY}) (\n  {lost}\n)")
 
 
 def measured_straggler(window: str = "5m") -> str:
     """Per run GPU of the worker the others wait for: their mean all-reduce share beyond its."""
     # By run alone: the workers of a run across hosts report to their own hosts' exporters.
-    share = training_queries.communication_share(RULES, window)
+    share = training_queries.communication_share(promql.RULES, window)
     least = f"min by (run) ({share})"
     others = (
         f"(sum by (run) ({share}) - on (run) {least})\n/ on (run) (count by (run) ({share}) - 1)"
@@ -101,13 +103,15 @@ def imbalance_cost() -> str:
     return f'max by ({RUN_GPU_KEY}) ({RUN_GPU_CAUSE}{{cause="imbalance"}})'
 
 
-def rules(t: Thresholds) -> list[Record]:
-    every = recorded.RUN_GPU_UTIL
-    costed = [
-        *((c.kind, clock_cost(c.kind)) for c in THROTTLES),
-        ("straggler", f"(\n  {measured_straggler()}\n)\nor\n(\n  {estimated_straggler()}\n)"),
-        ("imbalance", imbalance_cost()),
+def _costs(costed: list[tuple[str, str]]) -> list[Record]:
+    return [
+        Record(COST, _zero_where_not(expr, recorded.RUN_GPU_UTIL), labels={"cause": kind})
+        for kind, expr in costed
     ]
+
+
+def rules(t: Thresholds) -> list[Record]:
+    """The clock causes' costs, and each run GPU's power, which the straggler's estimate reads."""
     return [
         Record(
             RUN_GPU_POWER,
@@ -116,10 +120,28 @@ def rules(t: Thresholds) -> list[Record]:
             "  * on («UUID_KEY») group_left (gpu)\n"
             "    avg_over_time(mirrorwatch_gpu_power_watts[1m])\n)",
         ),
-        *(
-            Record(COST, _zero_where_not(expr, every), labels={"cause": kind})
-            for kind, expr in costed
+        *_costs([(c.kind, clock_cost(c.kind)) for c in THROTTLES]),
+    ]
+
+
+def run_rules(t: Thresholds) -> list[Record]:
+    """The straggler's and the imbalance's costs."""
+    return [
+        *_costs(
+            [
+                (
+                    "straggler",
+                    f"(\n  {measured_straggler()}\n)\nor\n(\n  {estimated_straggler()}\n)",
+                ),
+                ("imbalance", imbalance_cost()),
+            ]
         ),
+    ]
+
+
+def mean_rules(t: Thresholds) -> list[Record]:
+    """Every cost's 5-minute mean, and each run's costliest: what TrainingHeldBack reads."""
+    return [
         Record(COST_5M, f"avg_over_time({COST}[5m])"),
         Record(RUN_COST_5M, f"max by ({RUN_KEY}) ({COST_5M})"),
     ]

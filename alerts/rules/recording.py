@@ -1,12 +1,16 @@
-"""Recording rules: per-GPU and per-run utilisation, its spread, throttle time and throughput."""
+"""Recording rules: per-GPU and per-run utilisation and its spread; throughput; throttle time;
+NVLink errors. Each in a group of its own (alerts/build.py RECORDING_GROUPS): none reads
+another's, and the last two read metrics with several series per GPU."""
 
 from __future__ import annotations
 
 from mirrorwatch.alerts import gpu_queries, promql, recorded, throttling
-from mirrorwatch.alerts.promql import RULES
 from mirrorwatch.alerts.rules import Record
 from mirrorwatch.alerts.thresholds import Thresholds
-from mirrorwatch.contract.causes import THERMAL_REASONS
+from mirrorwatch.contract.causes import THERMAL_REASONS, THROTTLES
+
+# The driver's violation counters that time a cause (mirrorwatch_gpu_throttle_seconds_total).
+CAUSE_VIOLATIONS = throttling.reasons([c.violation for c in THROTTLES if c.violation is not None])
 
 
 def rules(t: Thresholds) -> list[Record]:
@@ -85,6 +89,7 @@ def rules(t: Thresholds) -> list[Record]:
             """,
         ),
         # Without training telemetry: the busy GPUs of one host that belong to no active run.
+        Record(recorded.BUSY_UNASSIGNED, gpu_queries.busy_unassigned(t.busy_utilization_ratio)),
         Record(
             recorded.HOST_SPREAD,
             """
@@ -96,19 +101,12 @@ def rules(t: Thresholds) -> list[Record]:
             """,
             {"busy_unassigned": gpu_queries.busy_unassigned(t.busy_utilization_ratio)},
         ),
-        # Seconds throttled per second: the fraction of time each reason held clocks back.
-        # increase / 300 rather than rate(): the same number from Prometheus and vmalert.
-        Record(recorded.THROTTLE, throttling.throttle_share_of_window(RULES, "5m", 300)),
-        # Minute by minute, so that "throttled for heat in each of the last five minutes" can
-        # be asked: a 5-minute mean is above 0 for five minutes after any one-minute blip.
-        Record(
-            recorded.THERMAL_MINUTE,
-            throttling.throttled_share_of_minute("thermal", THERMAL_REASONS),
-        ),
-        Record(
-            recorded.NVLINK_ERRORS,
-            "sum by («GPU_KEY», link) (mirrorwatch_gpu_nvlink_errors_total)",
-        ),
+    ]
+
+
+def throughput_rules(t: Thresholds) -> list[Record]:
+    """Each run's throughput, its hour's median and its workers: training series only."""
+    return [
         Record(
             recorded.THROUGHPUT,
             """
@@ -140,4 +138,33 @@ def rules(t: Thresholds) -> list[Record]:
         # Its workers that report in now: a worker gone quiet lowers the run's sum without
         # the run slowing down, so the throughput alert waits for all of them.
         Record(recorded.RUN_WORKERS, "count by (run) (mirrorwatch_training_active == 1)"),
+    ]
+
+
+def throttle_rules(t: Thresholds) -> list[Record]:
+    return [
+        # Seconds throttled per second: the fraction of time each reason held clocks back.
+        # increase / 300 rather than rate(): the same number from Prometheus and vmalert. Only
+        # the reasons a cause is timed by (power, thermal: what GpuPowerCapped and the causes
+        # read); the dashboards take every reason's rate from the counters themselves. Two of
+        # six series per GPU (24,576 counters at 4,096 GPUs, docs/scale.md).
+        Record(
+            recorded.THROTTLE,
+            throttling.throttle_share_of_window(promql.RULES.where(CAUSE_VIOLATIONS), "5m", 300),
+        ),
+        # Minute by minute, so that "throttled for heat in each of the last five minutes" can
+        # be asked: a 5-minute mean is above 0 for five minutes after any one-minute blip.
+        Record(
+            recorded.THERMAL_MINUTE,
+            throttling.throttled_share_of_minute("thermal", THERMAL_REASONS),
+        ),
+    ]
+
+
+def nvlink_rules(t: Thresholds) -> list[Record]:
+    return [
+        Record(
+            recorded.NVLINK_ERRORS,
+            "sum by («GPU_KEY», link) (mirrorwatch_gpu_nvlink_errors_total)",
+        ),
     ]
