@@ -324,6 +324,22 @@ def store_series(url: str, victoria_metrics: bool) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
+# VictoriaMetrics' own counters over the window, each saying why a query waited: searches past
+# -search.maxConcurrentRequests, searches slowed while inserts were saturated, the tag-filter
+# cache (reset whenever a new series is registered) and new series themselves.
+VM_INTERNALS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("vm_concurrent_select_limit_reached_total", {}),
+    ("vm_concurrent_select_limit_timeout_total", {}),
+    ("vm_search_delays_total", {}),
+    ("vm_concurrent_addrows_limit_reached_total", {}),
+    ("vm_cache_requests_total", {"type": "indexdb/tagFilters"}),
+    ("vm_cache_misses_total", {"type": "indexdb/tagFilters"}),
+    ("vm_new_timeseries_created_total", {}),
+    ("vm_slow_queries_total", {}),
+    ("vm_http_requests_total", {"path": "/api/v1/query"}),
+)
+
+
 class StoreCounters:
     """The store's own counters at the window's start and end: samples added, active series,
     bytes on disk per sample (VictoriaMetrics' only)."""
@@ -339,6 +355,11 @@ class StoreCounters:
             rows = "vm_rows_added_to_storage_total"
             stored_rows = total(after, "vm_rows")
             return {
+                "internals": {
+                    name: total(after, name, **labels) - total(self._before, name, **labels)
+                    for name, labels in VM_INTERNALS
+                }
+                | {"select_capacity": total(after, "vm_concurrent_select_capacity")},
                 "active_series": total(after, "vm_cache_entries", type="storage/hour_metric_ids"),
                 "samples_per_second": round(
                     (total(after, rows) - total(self._before, rows)) / window, 1
@@ -595,6 +616,7 @@ def main() -> None:
             "samples_per_second": store_figures["samples_per_second"],
             "disk_bytes_after_run": disk,
             "bytes_per_sample_so_far": store_figures["bytes_per_sample_so_far"],
+            "internals_over_window": store_figures.get("internals"),
             "series_by_metric": series_by_metric,
         },
         "rule_evaluation_vmalert": evaluations.get("vmalert", {}),
