@@ -279,9 +279,20 @@ def dashboard_panels(
     return sorted(measured, key=lambda p: -float(p["seconds_sum_of_medians"]))
 
 
-def rule_query_times(url: str, rules: Path) -> list[dict[str, Any]]:
-    """Each rule's expression asked of the store as an instant query: the median seconds of
-    QUERY_REPEATS and the series it answers, the slowest first."""
+def query_step(vmalert_args: Sequence[str]) -> str:
+    """The `step` vmalert sends with every query: -datasource.queryStep, 5m unless set (the
+    default of vmalert 1.79.4 on)."""
+    flags = dict(a.partition("=")[::2] for a in vmalert_args if a.startswith("-"))
+    return flags.get("-datasource.queryStep", "5m")
+
+
+def rule_query_times(
+    url: str, rules: Path, step: str | None = None, other_steps: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """Each rule's expression asked of the store as an instant query (with vmalert's `step`
+    where given): the median seconds of QUERY_REPEATS and the series it answers, the slowest
+    first; with ``other_steps``, its seconds at each of those too, asked in turn with the first
+    (the same samples, the same load)."""
     measured = []
     for group in yaml.safe_load(rules.read_text(encoding="utf-8"))["groups"]:
         for place, rule in enumerate(group["rules"]):
@@ -291,8 +302,12 @@ def rule_query_times(url: str, rules: Path) -> list[dict[str, Any]]:
                 "rule": rule.get("record") or rule.get("alert"),
             }
             try:
-                took, found = time_query(url, "/api/v1/query", {"query": rule["expr"]})
+                params = {"query": rule["expr"]} | ({"step": step} if step else {})
+                took, found = time_query(url, "/api/v1/query", params)
                 row |= {"seconds": round(took, 4), "series": found}
+                for other in other_steps:
+                    took, _ = time_query(url, "/api/v1/query", params | {"step": other})
+                    row.setdefault("seconds_at_step", {})[other] = round(took, 4)
             except QueryFailedError as error:
                 row["error"] = str(error)
             measured.append(row)
@@ -400,9 +415,16 @@ def main() -> None:
         "--no-prometheus", action="store_true", help="the same as --evaluator victoriametrics"
     )
     parser.add_argument("--time-rules", action="store_true")
+    # With --time-rules on VictoriaMetrics: each rule asked at these `step`s too.
+    parser.add_argument("--compare-step", action="append", default=[], metavar="DURATION")
+    # Flags beyond deploy/fleet/central.compose.yml's, to measure one before it goes there.
+    parser.add_argument("--store-flag", action="append", default=[], metavar="-FLAG=VALUE")
+    parser.add_argument("--vmalert-flag", action="append", default=[], metavar="-FLAG=VALUE")
     # The dashboards ask the central store, VictoriaMetrics (docs/fleet.md), or the Prometheus
     # of --evaluator prometheus; the comparison Prometheus too with this (twice the time).
     parser.add_argument("--dashboards-on-prometheus", action="store_true")
+    # The rule groups alone (a trial of a flag or a rule): minutes less on VictoriaMetrics.
+    parser.add_argument("--no-dashboards", action="store_true")
     parser.add_argument("--workdir", type=Path, default=Path("build/scale-bench"))
     args = parser.parse_args()
     if not 1 <= args.gpus_per_host <= 64:
@@ -430,9 +452,9 @@ def main() -> None:
     with Processes() as processes:
         started: dict[str, Process] = {}
         if with_vm:
-            started["victoria-metrics"] = processes.start(
-                victoria_metrics_process(workdir, store), f"{store.url}/health"
-            )
+            vm_process = victoria_metrics_process(workdir, store)
+            vm_process.args += args.store_flag
+            started["victoria-metrics"] = processes.start(vm_process, f"{store.url}/health")
         if with_vm and with_prometheus:
             started["prometheus (central, comparison)"] = processes.start(
                 central_prometheus_process(workdir, rules, prometheus, EVALUATION_INTERVAL),
@@ -475,10 +497,11 @@ def main() -> None:
             )
             # No Alertmanager: nothing fires on healthy hosts but Watchdog, and its delivery
             # is not what is measured; vmalert only logs that it cannot send.
-            started["vmalert"] = processes.start(
-                vmalert_process(workdir, rules, store, alertmanager, vmalert, EVALUATION_INTERVAL),
-                f"{vmalert.url}/health",
+            evaluator_process = vmalert_process(
+                workdir, rules, store, alertmanager, vmalert, EVALUATION_INTERVAL
             )
+            evaluator_process.args += args.vmalert_flag
+            started["vmalert"] = processes.start(evaluator_process, f"{vmalert.url}/health")
         training = None
         if not args.no_training:
             training = TrainingLoad(workers(exporters, args.hosts_per_run))
@@ -519,25 +542,22 @@ def main() -> None:
         prometheus_series = None
         if with_vm and with_prometheus:
             prometheus_series = total(own_metrics(prometheus.url), "prometheus_tsdb_head_series")
-        rule_query_seconds = {}
-        if args.time_rules:
-            if with_vm:
-                rule_query_seconds["victoriametrics"] = rule_query_times(store.url, rules)
-            if with_prometheus:
-                rule_query_seconds["prometheus"] = rule_query_times(prometheus.url, rules)
-
         end = time.time()
         start = max(end - 3600, window_start - args.warmup)
         one_host = {"host": "host-00", "instance": "host-00"}
         if training is not None:
             one_host["run"] = "scale-0"
-        dashboards = {
-            "fleet": dashboard_panels(asked.url, "Fleet", {}, start, end),
-            "training_balance_one_host": dashboard_panels(
-                asked.url, "Training balance", one_host, start, end
-            ),
-            "gpu_host_one_host": dashboard_panels(asked.url, "GPU host", one_host, start, end),
-        }
+        dashboards = (
+            {}
+            if args.no_dashboards
+            else {
+                "fleet": dashboard_panels(asked.url, "Fleet", {}, start, end),
+                "training_balance_one_host": dashboard_panels(
+                    asked.url, "Training balance", one_host, start, end
+                ),
+                "gpu_host_one_host": dashboard_panels(asked.url, "GPU host", one_host, start, end),
+            }
+        )
         if args.dashboards_on_prometheus and with_vm and with_prometheus:
             dashboards["fleet_on_prometheus"] = dashboard_panels(
                 prometheus.url, "Fleet", {}, start, end
@@ -548,6 +568,19 @@ def main() -> None:
             dashboards["gpu_host_one_host_on_prometheus"] = dashboard_panels(
                 prometheus.url, "GPU host", one_host, start, end
             )
+        rule_query_seconds = {}
+        if args.time_rules:
+            # Each expression on its own, vmalert and the comparison Prometheus stopped (after
+            # the dashboards, timed beside them): what a rule costs the store, queueing apart.
+            for name in ("vmalert", "prometheus (central, comparison)"):
+                if name in started:
+                    started[name].stop()
+            if with_vm:
+                rule_query_seconds["victoriametrics"] = rule_query_times(
+                    store.url, rules, query_step(evaluator_process.args), args.compare_step
+                )
+            if with_prometheus and not with_vm:
+                rule_query_seconds["prometheus"] = rule_query_times(prometheus.url, rules)
         if training is not None:
             training.stop()
             assert not training.rejected, f"pushes refused: {training.rejected}"
@@ -595,6 +628,7 @@ def main() -> None:
             "vmalert)"
             if with_vm
             else None,
+            "extra_flags": {"victoria-metrics": args.store_flag, "vmalert": args.vmalert_flag},
             "warmup_seconds": args.warmup,
             "measured_seconds": round(window, 1),
         },
