@@ -60,7 +60,8 @@ RecordModule = Callable[[Thresholds], list[Record]]
 # reads, each read several series per GPU and go apart; the
 # causes of the GPU itself (its clocks; its PCIe link), its links to its group's peers (the
 # GPU pairs), of a host's unassigned GPUs and of a run's GPUs, and their ranks, each read the
-# ones before; the costs read the causes, their 5-minute means the costs.
+# ones before; the costs read the causes, their 5-minute means the costs. The per-host summary
+# the Fleet dashboard reads (6 aggregations over every GPU) reads only the exporters' series.
 RECORDING_GROUPS: dict[str, Sequence[RecordModule]] = {
     "mirrorwatch.recording": (recording.rules,),
     "mirrorwatch.throughput": (recording.throughput_rules,),
@@ -75,6 +76,7 @@ RECORDING_GROUPS: dict[str, Sequence[RecordModule]] = {
     "mirrorwatch.costs": (costs.rules,),
     "mirrorwatch.costs.run": (costs.run_rules,),
     "mirrorwatch.costs.mean": (costs.mean_rules,),
+    "mirrorwatch.fleet": (recording.fleet_rules,),
 }
 AlertModule = Callable[[Thresholds], list[Alert]]
 # Rule group -> the area modules whose alerts it holds, in order.

@@ -36,3 +36,18 @@ RUN_WORKERS = "run:mirrorwatch_training_active:count"
 # Per GPU: busy (utilisation at least the threshold) and in no active run; the host-level cause
 # rules read it many times an evaluation instead of the join.
 BUSY_UNASSIGNED = "instance_gpu:mirrorwatch_gpu_utilization_ratio:busy_unassigned"
+
+# Per host (the target key), for the Fleet dashboard: one series a host, read in place of an
+# aggregation over every GPU of the fleet at each refresh (the Hosts table's nine took 1.77 s,
+# its three graphs over an hour 9 s, at 4,096 GPUs: docs/scale.md). Each is the aggregation
+# the dashboard used to ask, recorded.
+HOST_GPUS_UP = "instance:mirrorwatch_gpu_up:sum"
+HOST_UTIL_MEAN = "instance:mirrorwatch_gpu_utilization_ratio:avg"
+HOST_UTIL_MAX = "instance:mirrorwatch_gpu_utilization_ratio:max"
+HOST_TEMPERATURE_MAX = "instance:mirrorwatch_gpu_temperature_celsius:max"
+# Degrees from the hottest GPU (against its own threshold) up to its slowdown temperature.
+HOST_SLOWDOWN_HEADROOM = "instance:mirrorwatch_gpu_slowdown_headroom_celsius:min"
+# The lowest slowdown threshold of the host's GPUs (the hottest-GPU panel's dashed line).
+HOST_SLOWDOWN_THRESHOLD = "instance:mirrorwatch_gpu_temperature_threshold_celsius:slowdown_min"
+# How many of the host's GPUs are slowed now (a thermal, power or hardware reason active).
+HOST_SLOWED_GPUS = "instance:mirrorwatch_gpu_clocks_event_active:slowed_gpus"

@@ -1,13 +1,21 @@
 """Recording rules: per-GPU and per-run utilisation and its spread; throughput; throttle time;
-NVLink errors. Each in a group of its own (alerts/build.py RECORDING_GROUPS): none reads
-another's, and the last two read metrics with several series per GPU."""
+NVLink errors; the Fleet dashboard's per-host summary. Each in a group of its own
+(alerts/build.py RECORDING_GROUPS): none reads another's, and throttle time and NVLink errors
+read metrics with several series per GPU."""
 
 from __future__ import annotations
 
 from mirrorwatch.alerts import gpu_queries, promql, recorded, throttling
 from mirrorwatch.alerts.rules import Record
 from mirrorwatch.alerts.thresholds import Thresholds
-from mirrorwatch.contract.causes import THERMAL_REASONS, THROTTLES
+from mirrorwatch.contract.causes import SLOWDOWN_REASONS, THERMAL_REASONS, THROTTLES
+from mirrorwatch.contract.metrics import (
+    GPU_CLOCKS_EVENT_ACTIVE,
+    GPU_TEMPERATURE_CELSIUS,
+    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
+    GPU_UP,
+    GPU_UTILIZATION_RATIO,
+)
 
 # The driver's violation counters that time a cause (mirrorwatch_gpu_throttle_seconds_total).
 CAUSE_VIOLATIONS = throttling.reasons([c.violation for c in THROTTLES if c.violation is not None])
@@ -166,5 +174,34 @@ def nvlink_rules(t: Thresholds) -> list[Record]:
         Record(
             recorded.NVLINK_ERRORS,
             "sum by («GPU_KEY», link) (mirrorwatch_gpu_nvlink_errors_total)",
+        ),
+    ]
+
+
+def fleet_rules(t: Thresholds) -> list[Record]:
+    """Per host, what the Fleet dashboard's Hosts table shows: each an aggregation over the
+    host's GPUs, recorded once an evaluation so that the table reads one series a host."""
+    per_host = "by («TARGET_KEY»)"
+    gpu = promql.RULES
+    return [
+        Record(recorded.HOST_GPUS_UP, f"sum {per_host} ({GPU_UP})"),
+        Record(recorded.HOST_UTIL_MEAN, f"avg {per_host} ({GPU_UTILIZATION_RATIO})"),
+        Record(recorded.HOST_UTIL_MAX, f"max {per_host} ({GPU_UTILIZATION_RATIO})"),
+        Record(recorded.HOST_TEMPERATURE_MAX, f"max {per_host} ({GPU_TEMPERATURE_CELSIUS})"),
+        Record(
+            recorded.HOST_SLOWDOWN_HEADROOM,
+            f"min {per_host} («headroom»)",
+            {"headroom": gpu_queries.slowdown_headroom(gpu)},
+        ),
+        Record(
+            recorded.HOST_SLOWDOWN_THRESHOLD,
+            f"min {per_host} («threshold»)",
+            {"threshold": gpu(GPU_TEMPERATURE_THRESHOLD_CELSIUS, 'threshold="slowdown"')},
+        ),
+        # A GPU counts once whatever number of its reasons are active.
+        Record(
+            recorded.HOST_SLOWED_GPUS,
+            f"sum {per_host} (max by («GPU_KEY») («slowed»))",
+            {"slowed": gpu(GPU_CLOCKS_EVENT_ACTIVE, throttling.reasons(SLOWDOWN_REASONS))},
         ),
     ]
