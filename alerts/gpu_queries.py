@@ -100,10 +100,14 @@ def xid_events(s: Select, window: str, window_seconds: str) -> str:
     )
 
 
+def slowdown_threshold(s: Select) -> str:
+    """Each GPU's slowdown temperature threshold."""
+    return s(GPU_TEMPERATURE_THRESHOLD_CELSIUS, 'threshold="slowdown"')
+
+
 def slowdown_headroom(s: Select) -> str:
     """Degrees from each GPU's temperature up to its slowdown threshold."""
-    threshold = s(GPU_TEMPERATURE_THRESHOLD_CELSIUS, 'threshold="slowdown"')
-    return f"{threshold} - on ({GPU_KEY}) {s(GPU_TEMPERATURE_CELSIUS)}"
+    return f"{slowdown_threshold(s)} - on ({GPU_KEY}) {s(GPU_TEMPERATURE_CELSIUS)}"
 
 
 def busy_gpus(busy: float) -> str:

@@ -12,7 +12,6 @@ from mirrorwatch.contract.causes import SLOWDOWN_REASONS, THERMAL_REASONS, THROT
 from mirrorwatch.contract.metrics import (
     GPU_CLOCKS_EVENT_ACTIVE,
     GPU_TEMPERATURE_CELSIUS,
-    GPU_TEMPERATURE_THRESHOLD_CELSIUS,
     GPU_UP,
     GPU_UTILIZATION_RATIO,
 )
@@ -196,7 +195,7 @@ def fleet_rules(t: Thresholds) -> list[Record]:
         Record(
             recorded.HOST_SLOWDOWN_THRESHOLD,
             f"min {per_host} («threshold»)",
-            {"threshold": gpu(GPU_TEMPERATURE_THRESHOLD_CELSIUS, 'threshold="slowdown"')},
+            {"threshold": gpu_queries.slowdown_threshold(gpu)},
         ),
         # A GPU counts once whatever number of its reasons are active.
         Record(
