@@ -52,6 +52,34 @@ def examples_per_second_from_counter(s: Select, window: str) -> str:
     return f"sum by (run) ({rate(s(TRAINING_EXAMPLES_TOTAL), window)})"
 
 
+def examples_per_second_between_pushes(s: Select, window: str) -> str:
+    """Examples per second of each run over ``window``: each worker's examples between the
+    window's first and last push over the time between them as its exporter received them,
+    summed over the workers.
+
+    A pushed counter moves once a push, so rate() over scrape times aliases: a push landing
+    just before or just after a scrape shifts the window's first or last sample by a whole
+    push (3 % of a 40 s run pushing every second, measured in tests/report). The exporter's
+    receive time of each push rides on the same scrape as its totals, which makes this exact.
+    A worker with one push in the window, or whose counter restarted in it (a new session),
+    falls back to rate().
+    """
+    examples, pushed = s(TRAINING_EXAMPLES_TOTAL), s(TRAINING_LAST_PUSH_TIMESTAMP_SECONDS)
+
+    def spanned(selector: str) -> str:
+        return (
+            f"max by ({WORKER_KEY}) (max_over_time({selector}[{window}]))"
+            f" - min by ({WORKER_KEY}) (min_over_time({selector}[{window}]))"
+        )
+
+    exact = (
+        f"({spanned(examples)}) / ({spanned(pushed)} > 0)"
+        f" and on ({WORKER_KEY}) max by ({WORKER_KEY}) (resets({examples}[{window}])) == 0"
+    )
+    fallback = f"sum by ({WORKER_KEY}) ({rate(examples, window)})"
+    return f"sum by (run) (({exact}) or {fallback})"
+
+
 def steps_per_second(s: Select, window: str) -> str:
     return f"sum by (run, worker) ({rate(s(TRAINING_STEPS_TOTAL), window)})"
 

@@ -229,13 +229,14 @@ class Charts:
         chart = self._lines(
             "throughput",
             "Examples per second",
-            "As the trainer reports it; dashed: the mean over the range, from its example counter.",
+            "As the trainer reports it; dashed: the mean over the range, its examples over the "
+            "time between its first and last push.",
             "per_second",
             [(training_queries.examples_per_second(run), lambda s: "reported", False)],
         )
         # A rate over a sliding window understates the run's first minute: the range's own
-        # mean (the headline's figure) is the fairer reference.
-        mean_query = training_queries.examples_per_second_from_counter(run, s.window)
+        # mean (the headline's figure, docs/report.md) is the fairer reference.
+        mean_query = training_queries.examples_per_second_between_pushes(run, s.window)
         chart.queries.append(mean_query)
         answer = self.prometheus.instant(mean_query, s.end)
         if answer and chart.lines:

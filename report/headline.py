@@ -50,7 +50,7 @@ def run_queries(run: Select, window: str) -> dict[str, str]:
     return {
         "steps": q.training_steps(run, window),
         "examples": _per_worker_total(run, TRAINING_EXAMPLES_TOTAL, window),
-        "examples_per_second": training_queries.examples_per_second_from_counter(run, window),
+        "examples_per_second": training_queries.examples_per_second_between_pushes(run, window),
         "step_time_p50_seconds": training_queries.step_time_quantile(run, 0.5, window),
         "replicas": ideal,
         "speedup": speedup,

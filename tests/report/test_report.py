@@ -620,13 +620,14 @@ def test_a_comparison_gives_the_throughput_change(reports: Reports, compared: Re
     )
     assert throughput["change"] == pytest.approx(throughput["second"] / throughput["first"] - 1)
     assert throughput["change"] > 0.02
-    # What the two trainers really did over their ranges, and what the x8 link's estimated
-    # cost says the healthy run should gain, within its bounds.
+    # What the two trainers really did over their ranges (the report divides by push times,
+    # not scrape times: exact however the pushes and scrapes interleave on a loaded machine),
+    # and what the x8 link's estimated cost says the healthy run should gain, within its bounds.
     truths = [
         trained_per_second(reports.hosts.trainings[s], h["start"], h["end"])
         for s, h in (("pcie-degraded", first), ("healthy", second))
     ]
-    assert throughput["change"] == pytest.approx(truths[1] / truths[0] - 1, abs=0.02)
+    assert throughput["change"] == pytest.approx(truths[1] / truths[0] - 1, abs=0.01)
     cost = first["cost"]
     assert 1 / (1 - cost["low"]) - 1 - 0.02 <= throughput["change"]
     assert throughput["change"] <= 1 / (1 - cost["high"]) - 1 + 0.02
