@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,26 @@ def run(
 def load_yaml(path: Path) -> Any:
     with path.open(encoding="utf-8") as f:
         return yaml.safe_load(f)
+
+
+def promtool_expr_test(
+    path: Path,
+    interval: str,
+    input_series: list[dict[str, str]],
+    cases: list[dict[str, Any]],
+    rule_files: Sequence[Path] = (),
+) -> str:
+    """`promtool test rules` of ``cases`` (promql_expr_test entries) on ``input_series``,
+    sampled and evaluated every ``interval`` with ``rule_files`` loaded, written to ``path``:
+    promtool's output where a case fails, empty where all pass."""
+    test = {
+        "rule_files": [str(f) for f in rule_files],
+        "evaluation_interval": interval,
+        "tests": [{"interval": interval, "input_series": input_series, "promql_expr_test": cases}],
+    }
+    path.write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
+    result = run([binary("promtool"), "test", "rules", str(path)])
+    return result.stdout + result.stderr if result.returncode else ""
 
 
 def alert_rules() -> list[dict[str, Any]]:

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.alerts.tools import binary, run
+from tests.alerts.tools import promtool_expr_test
 from tests.dashboards.queries import expand, load_dashboards, panels
 
 STEP_SECONDS = 15
@@ -97,24 +96,15 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {
 
 
 def promtool_test(tmp_path: Path, expr: str, cases: dict[str, list[dict[str, Any]]]) -> str:
-    test = {
-        "rule_files": [],
-        "evaluation_interval": f"{STEP_SECONDS}s",
-        "tests": [
-            {
-                "interval": f"{STEP_SECONDS}s",
-                "input_series": timeline(),
-                "promql_expr_test": [
-                    {"expr": expr, "eval_time": at, "exp_samples": expected}
-                    for at, expected in cases.items()
-                ],
-            }
+    return promtool_expr_test(
+        tmp_path / "xid-panel.yml",
+        f"{STEP_SECONDS}s",
+        timeline(),
+        [
+            {"expr": expr, "eval_time": at, "exp_samples": expected}
+            for at, expected in cases.items()
         ],
-    }
-    path = tmp_path / "xid-panel.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
-    result = run([binary("promtool"), "test", "rules", str(path)])
-    return result.stdout + result.stderr if result.returncode else ""
+    )
 
 
 def test_the_panel_draws_each_event_and_nothing_after_a_scrape_gap(tmp_path: Path) -> None:

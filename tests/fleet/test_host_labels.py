@@ -11,15 +11,10 @@ show the collision the labels prevent.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tests.alerts.tools import RULES
-from tests.fleet.fleet import binary
-from tests.hang import HANG_SECONDS
+from tests.alerts.tools import RULES, promtool_expr_test
 
 INSTANCE = "localhost:9848"
 TARGET = f'job="mirrorwatch", instance="{INSTANCE}", cluster="lab"'
@@ -36,36 +31,16 @@ SPREAD = "instance:mirrorwatch_gpu_utilization_ratio:spread1m"
 
 def promtool_test(tmp: Path, rules: Path, expected: list[dict[str, Any]]) -> str:
     """Run promtool's unit test of ``rules`` on SERIES; its output (empty when it passes)."""
-    test = {
-        "rule_files": [str(rules)],
-        "evaluation_interval": "15s",
-        "tests": [
-            {
-                "interval": "15s",
-                "input_series": [
-                    {
-                        "series": "mirrorwatch_gpu_utilization_ratio"
-                        f'{{{TARGET}, host="{host}", gpu="{gpu}", uuid="GPU-{gpu}"}}',
-                        "values": f"{value}x20",
-                    }
-                    for host, gpu, value in SERIES
-                ],
-                "promql_expr_test": [
-                    {"expr": SPREAD, "eval_time": "4m", "exp_samples": expected},
-                ],
-            }
-        ],
-    }
-    path = tmp / "fleet-test.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
-    result = subprocess.run(
-        [binary("promtool"), "test", "rules", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=HANG_SECONDS,
-        check=False,
-    )
-    return "" if result.returncode == 0 else result.stdout + result.stderr
+    series = [
+        {
+            "series": "mirrorwatch_gpu_utilization_ratio"
+            f'{{{TARGET}, host="{host}", gpu="{gpu}", uuid="GPU-{gpu}"}}',
+            "values": f"{value}x20",
+        }
+        for host, gpu, value in SERIES
+    ]
+    cases = [{"expr": SPREAD, "eval_time": "4m", "exp_samples": expected}]
+    return promtool_expr_test(tmp / "fleet-test.yml", "15s", series, cases, [rules])
 
 
 def test_the_rules_keep_hosts_with_the_same_instance_apart(tmp_path: Path) -> None:

@@ -12,8 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mirrorwatch.alerts.promql import Select
 from mirrorwatch.alerts.training_queries import (
     examples_per_second_between_pushes,
@@ -23,7 +21,7 @@ from mirrorwatch.contract.metrics import (
     TRAINING_EXAMPLES_TOTAL,
     TRAINING_LAST_PUSH_TIMESTAMP_SECONDS,
 )
-from tests.alerts.tools import binary, run
+from tests.alerts.tools import promtool_expr_test
 
 SCRAPE_SECONDS = 15
 PUSH_SECONDS = 10
@@ -73,24 +71,15 @@ SERIES = [
 
 
 def failures(tmp_path: Path, cases: list[tuple[str, list[dict[str, Any]]]]) -> str:
-    test = {
-        "rule_files": [],
-        "evaluation_interval": f"{SCRAPE_SECONDS}s",
-        "tests": [
-            {
-                "interval": f"{SCRAPE_SECONDS}s",
-                "input_series": SERIES,
-                "promql_expr_test": [
-                    {"expr": expr, "eval_time": f"{EVAL_SECONDS}s", "exp_samples": expected}
-                    for expr, expected in cases
-                ],
-            }
+    return promtool_expr_test(
+        tmp_path / "throughput.yml",
+        f"{SCRAPE_SECONDS}s",
+        SERIES,
+        [
+            {"expr": expr, "eval_time": f"{EVAL_SECONDS}s", "exp_samples": expected}
+            for expr, expected in cases
         ],
-    }
-    path = tmp_path / "throughput.yml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
-    result = run([binary("promtool"), "test", "rules", str(path)])
-    return result.stdout + result.stderr if result.returncode else ""
+    )
 
 
 def of(run_name: str) -> Select:
