@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -164,11 +165,20 @@ def test_a_two_host_run_is_one_run_and_its_imbalance_alert_spans_both_hosts(
         spread = drill.query(f'run:mirrorwatch_gpu_utilization_ratio:spread1m{{run="{RUN}"}}')
         assert len(spread) == 1, spread
         assert float(spread[0]["value"][1]) > 0.05, spread
-        # Neither host is imbalanced by itself: the other GPU of each is in no run.
-        assert not any(
-            "GpuUtilizationImbalance" in line and "'scope': 'host'" in line
-            for line in drill.summary()
-        ), drill.summary()
+        # Neither host is imbalanced by itself once the run is known: the other GPU of each is
+        # in no run. (Before worker 1's first push, host B's two busy GPUs, 15 points apart and
+        # in no run, are rightly a host imbalance: TensorFlow's start on a loaded machine can
+        # outlast its 10 s `for:`. So the claim is Prometheus's, from the moment the run alert
+        # fired, at least that `for:` after the run was known, not the receiver's.)
+        since = drill.first_sample_time(
+            f'ALERTS{{alertname="GpuUtilizationImbalance",scope="run",run="{RUN}",'
+            f'alertstate="firing"}}'
+        )
+        host_alerts = drill.query(
+            f'ALERTS{{alertname="GpuUtilizationImbalance",scope="host"}}'
+            f"[{max(1, int(time.time() - since))}s]"
+        )
+        assert host_alerts == [], host_alerts
 
         # Each worker is itself, on its own host, under the strategy and run they share.
         info = drill.query(f'mirrorwatch_training_info{{run="{RUN}"}}')
